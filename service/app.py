@@ -1,0 +1,44 @@
+"""Composition root: repository -> models -> core -> gRPC frontend; signals; graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from .config import ServerConfig
+from .core.lifecycle import ModelManager
+from .core.server import InferenceServer
+from .handlers.server import GrpcFrontend
+
+__all__ = ["serve"]
+
+log = logging.getLogger("service")
+
+
+async def serve(config: ServerConfig) -> int:
+    models = ModelManager(config.model_repositories)
+    await models.load_all()
+    core = InferenceServer(models, strict_readiness=config.strict_readiness)
+    frontend = GrpcFrontend(core, config)
+    try:
+        port = await frontend.start()
+    except OSError as exc:
+        log.error("%s", exc)
+        await models.unload_all()
+        return 1
+    # Tests and scripts wait for this line (and read the port from it with --grpc-port 0).
+    log.info("Started GRPCInferenceService at %s:%d", config.grpc_address, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
+    core.stop_accepting()
+    await frontend.stop(config.exit_timeout_secs)
+    await models.unload_all()
+    log.info("server stopped")
+    return 0

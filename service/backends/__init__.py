@@ -1,0 +1,1 @@
+"""Backends: what turns a model file into instances that execute tensors."""

@@ -1,0 +1,173 @@
+"""ONNX Runtime instances: session options from the config, tensors in and out.
+
+ORT releases the GIL inside ``run``, so instances in worker threads execute in parallel.
+BF16 has no numpy type in ORT's Python API: such models go through OrtValues built from
+the raw 16-bit patterns, and outputs are copied out of ORT's buffer the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from inference import model_config_pb2 as mc
+
+from ...errors import Internal, InvalidArgument
+from ...repository.completion import ModelSignature
+from ...types import TensorSpec
+from ..base import Array, InstanceSpec
+from .providers import choose_providers
+from .tensor_types import tensor_spec
+
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeInstance"]
+
+log = logging.getLogger(__name__)
+
+_BFLOAT16_ONNX = 16  # onnx.TensorProto.BFLOAT16, without importing onnx at run time
+_GRAPH_LEVELS = {
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+}
+
+
+def _int_parameter(config: mc.ModelConfig, key: str) -> int | None:
+    if key not in config.parameters:
+        return None
+    text = config.parameters[key].string_value
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ValueError(f"parameter '{key}' must be an integer, got '{text}'") from exc
+
+
+def _session_options(config: mc.ModelConfig, spec: InstanceSpec) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    intra = _int_parameter(config, "intra_op_thread_count")
+    inter = _int_parameter(config, "inter_op_thread_count")
+    options.intra_op_num_threads = spec.threads if intra is None else intra
+    if inter is not None:
+        options.inter_op_num_threads = inter
+    if _int_parameter(config, "execution_mode") == 1:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.graph_optimization_level = _GRAPH_LEVELS.get(
+        config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    options.log_severity_level = 3
+    return options
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> OnnxRuntimeInstance:
+        model_file = version_path / config.default_model_filename
+        if not model_file.is_file():
+            raise ValueError(
+                f"model file '{model_file.name}' not found in version {version_path.name}"
+            )
+        choice = choose_providers(config, spec, ort.get_available_providers())
+        try:
+            session = ort.InferenceSession(
+                str(model_file),
+                sess_options=_session_options(config, spec),
+                providers=choice.providers,
+            )
+        except Exception as exc:  # ORT raises its own exception types for bad files
+            raise ValueError(f"onnxruntime failed to load '{model_file.name}': {exc}") from exc
+        active = session.get_providers()
+        lost = [name for name in choice.names if name not in active]
+        if lost:
+            log.warning(
+                "model '%s' instance '%s': onnxruntime did not enable %s; running on %s",
+                config.name,
+                spec.name,
+                ", ".join(lost),
+                ", ".join(active),
+            )
+        return OnnxRuntimeInstance(config.name, spec, session)
+
+
+class OnnxRuntimeInstance:
+    def __init__(self, model_name: str, spec: InstanceSpec, session: ort.InferenceSession) -> None:
+        self.spec = spec
+        self.providers: list[str] = session.get_providers()
+        self._model_name = model_name
+        self._session = session
+        self._inputs = self._specs(session.get_inputs())
+        self._outputs = self._specs(session.get_outputs())
+        self._types = {s.name: s.datatype for s in (*self._inputs, *self._outputs)}
+        self._bf16 = "BF16" in self._types.values()
+
+    @staticmethod
+    def _specs(args: Sequence[Any]) -> list[TensorSpec]:
+        specs = []
+        for arg in args:
+            spec = tensor_spec(arg.name, arg.type, arg.shape)
+            if spec is None:
+                log.info("skipping non-tensor model value '%s' of type %s", arg.name, arg.type)
+                continue
+            specs.append(spec)
+        return specs
+
+    def signature(self) -> ModelSignature:
+        return ModelSignature(inputs=self._inputs, outputs=self._outputs)
+
+    def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
+        feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
+        try:
+            if self._bf16:
+                values = self._session.run_with_ort_values(list(outputs), self._ort_values(feeds))
+                results = [self._from_ort_value(v) for v in values]
+            else:
+                results = self._session.run(list(outputs), feeds)
+        except Exception as exc:
+            raise Internal(f"onnx runtime error: {exc}") from exc
+        return dict(zip(outputs, results, strict=True))
+
+    def _to_ort(self, name: str, array: Array) -> Array:
+        if self._types.get(name) != "BYTES":
+            return array
+        # ORT's Python API takes str, not bytes, for string tensors.
+        try:
+            decoded = [
+                item.decode("utf-8") if isinstance(item, bytes) else item for item in array.flat
+            ]
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(
+                f"input '{name}' for model '{self._model_name}' holds bytes that are not valid "
+                "UTF-8, which onnxruntime string tensors require"
+            ) from exc
+        out = np.empty(array.shape, dtype=np.object_)
+        out.flat[:] = decoded
+        return out
+
+    def _ort_values(self, feeds: Mapping[str, Array]) -> dict[str, ort.OrtValue]:
+        values = {}
+        for name, array in feeds.items():
+            if self._types.get(name) == "BF16":
+                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    np.ascontiguousarray(array), _BFLOAT16_ONNX
+                )
+            else:
+                values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+        return values
+
+    @staticmethod
+    def _from_ort_value(value: ort.OrtValue) -> Array:
+        if value.data_type() != "tensor(bfloat16)":
+            return np.asarray(value.numpy())
+        shape = tuple(value.shape())
+        count = int(np.prod(shape))
+        buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+        return np.ctypeslib.as_array(buffer).copy().reshape(shape)
+
+    def close(self) -> None:
+        del self._session

@@ -1,0 +1,1 @@
+"""The transport-neutral core: models and their lifecycle, validation, the server API."""

@@ -1,0 +1,88 @@
+"""Turning one model version on disk into a ready ``ModelVersion``, or a reason it is not.
+
+Everything here blocks (files, session creation) and runs in a worker thread, called from
+the lifecycle manager.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from inference import model_config_pb2 as mc
+
+from ..backends.base import InstanceSpec, ModelInstance
+from ..backends.registry import get_backend
+from ..repository.completion import check_against_signature, complete
+from ..scheduling.factory import create_scheduler
+from ..scheduling.instances import InstancePool, InstanceWorker
+from .model import ModelState, ModelVersion, io_specs
+
+__all__ = ["instance_specs", "load_version"]
+
+log = logging.getLogger(__name__)
+
+
+def instance_specs(config: mc.ModelConfig, cpu_count: int | None = None) -> list[InstanceSpec]:
+    """Expand ``instance_group`` into instances, filling Triton's defaults into the config.
+
+    The intra-op thread budget splits the cores among all instances of the model so that
+    N parallel executions do not oversubscribe the machine.
+    """
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.count < 1:
+            group.count = 1
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = mc.ModelInstanceGroup.KIND_CPU
+    total = sum(group.count for group in config.instance_group)
+    threads = max(1, (cpu_count or os.cpu_count() or 1) // total)
+    specs = []
+    for group in config.instance_group:
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
+        devices = list(group.gpus) or [0]
+        for i in range(group.count):
+            specs.append(
+                InstanceSpec(
+                    name=f"{group.name}_{i}",
+                    kind=kind,
+                    device_id=devices[i % len(devices)],
+                    threads=threads,
+                )
+            )
+    return specs
+
+
+def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> ModelVersion:
+    config = mc.ModelConfig()
+    config.CopyFrom(base_config)
+    model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
+    instances: list[ModelInstance] = []
+    try:
+        if not path.is_dir():
+            raise ValueError(f"version folder {version} does not exist")
+        backend = get_backend(config.backend)
+        specs = instance_specs(config)
+        instances.append(backend.open(config, path, specs[0]))
+        signature = instances[0].signature()
+        complete(config, signature)
+        check_against_signature(config, signature)
+        instances.extend(backend.open(config, path, spec) for spec in specs[1:])
+    except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
+        for instance in instances:
+            instance.close()
+        model.state = ModelState.UNAVAILABLE
+        model.reason = str(exc)
+        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
+        return model
+    model.inputs = io_specs(list(config.input))
+    model.outputs = io_specs(list(config.output))
+    pool = InstancePool([InstanceWorker(instance) for instance in instances])
+    model.scheduler = create_scheduler(config, pool)
+    model.state = ModelState.READY
+    log.info("successfully loaded '%s' version %d", config.name, version)
+    return model

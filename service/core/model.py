@@ -1,0 +1,81 @@
+"""A loaded model version: its completed config, tensor specs, state and scheduler."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from inference import model_config_pb2 as mc
+
+from .. import datatypes
+from ..scheduling.base import Scheduler
+from ..types import TensorSpec
+
+__all__ = ["IOSpec", "ModelState", "ModelVersion", "io_specs"]
+
+
+class ModelState(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """A configured tensor. ``dims`` exclude the batch dimension, as in config.pbtxt."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None  # the shape the model itself sees, when it differs
+    optional: bool = False
+
+    def full_shape(self, batched: bool) -> tuple[int, ...]:
+        return ((-1,) if batched else ()) + self.dims
+
+
+def io_specs(tensors: list[mc.ModelInput] | list[mc.ModelOutput]) -> dict[str, IOSpec]:
+    specs = {}
+    for tensor in tensors:
+        reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+        specs[tensor.name] = IOSpec(
+            name=tensor.name,
+            datatype=datatypes.datatype_from_config(mc.DataType.Name(tensor.data_type)),
+            dims=tuple(tensor.dims),
+            reshape=reshape,
+            optional=bool(getattr(tensor, "optional", False)),
+        )
+    return specs
+
+
+@dataclass
+class ModelVersion:
+    name: str
+    version: int
+    config: mc.ModelConfig
+    state: ModelState = ModelState.UNKNOWN
+    reason: str = ""
+    scheduler: Scheduler | None = None
+    inputs: dict[str, IOSpec] = field(default_factory=dict)
+    outputs: dict[str, IOSpec] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY and self.scheduler is not None
+
+    @property
+    def batched(self) -> bool:
+        return self.config.max_batch_size > 0
+
+    def metadata_inputs(self) -> list[TensorSpec]:
+        return [
+            TensorSpec(s.name, s.datatype, s.full_shape(self.batched)) for s in self.inputs.values()
+        ]
+
+    def metadata_outputs(self) -> list[TensorSpec]:
+        return [
+            TensorSpec(s.name, s.datatype, s.full_shape(self.batched))
+            for s in self.outputs.values()
+        ]

@@ -1,0 +1,93 @@
+"""InferenceServer: the one API every protocol handler talks to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inference import model_config_pb2 as mc
+
+from .. import SERVER_NAME, __version__
+from ..errors import ServerError, Unavailable
+from ..types import InferRequest, InferResponse, TensorSpec
+from .lifecycle import ModelManager
+from .validation import build_outputs, prepare_job
+
+__all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata"]
+
+# Only what is actually implemented: the model configuration extension (ModelConfig RPC).
+EXTENSIONS: tuple[str, ...] = ("model_configuration",)
+
+
+@dataclass(frozen=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class InferenceServer:
+    def __init__(self, models: ModelManager, *, strict_readiness: bool = True) -> None:
+        self._models = models
+        self._strict = strict_readiness
+        self._accepting = True
+
+    def stop_accepting(self) -> None:
+        """From now on readiness is false and new inferences are refused (shutdown)."""
+        self._accepting = False
+
+    def is_live(self) -> bool:
+        return True
+
+    def is_ready(self) -> bool:
+        if not self._accepting:
+            return False
+        return self._models.all_ready() if self._strict else True
+
+    def metadata(self) -> ServerMetadata:
+        return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self._models.find(name, version) is not None
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self._models.get(name, version)
+        entry_versions = [
+            str(v) for e in self._models.entries() if e.name == name for v in e.ready_versions()
+        ]
+        return ModelMetadata(
+            name=model.name,
+            versions=entry_versions,
+            platform=model.config.platform or model.config.backend,
+            inputs=model.metadata_inputs(),
+            outputs=model.metadata_outputs(),
+        )
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self._models.config(name, version)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        try:
+            if not self._accepting:
+                raise Unavailable("Server is shutting down: new inference requests are refused")
+            model = self._models.get(request.model_name, request.model_version)
+            job = prepare_job(model, request)
+            assert model.scheduler is not None  # guaranteed by ModelManager.get
+            results = await model.scheduler.submit(job)
+            outputs = build_outputs(model, job, results)
+        except ServerError as exc:
+            raise exc.with_request_id(request.id) from None
+        return InferResponse(
+            model_name=model.name,
+            model_version=str(model.version),
+            id=request.id,
+            outputs=outputs,
+        )

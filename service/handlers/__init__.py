@@ -1,0 +1,1 @@
+"""Protocol handlers: gRPC messages in, core calls, gRPC messages out."""

@@ -1,0 +1,170 @@
+"""Protobuf messages <-> core types. The only module that reads tensor protobufs.
+
+Raw inputs stay as the ``bytes`` protobuf hands out; numpy views them later without a
+copy. Outputs always travel as ``raw_output_contents``, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from inference import grpc_service_pb2 as pb
+
+from .. import datatypes
+from ..core.server import ModelMetadata, ServerMetadata
+from ..errors import InvalidArgument, ResourceExhausted
+from ..types import (
+    InferRequest,
+    InferResponse,
+    InputTensor,
+    ParameterValue,
+    RequestedOutput,
+    TensorSpec,
+)
+
+__all__ = [
+    "decode_infer_request",
+    "encode_infer_response",
+    "encode_model_metadata",
+    "encode_server_metadata",
+]
+
+
+def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, ParameterValue]:
+    out: dict[str, ParameterValue] = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        if which is not None:
+            out[key] = getattr(param, which)
+    return out
+
+
+def encode_parameters(target: Any, params: Mapping[str, ParameterValue]) -> None:
+    for key, value in params.items():
+        slot = target[key]
+        if isinstance(value, bool):
+            slot.bool_param = value
+        elif isinstance(value, int):
+            slot.int64_param = value
+        elif isinstance(value, float):
+            slot.double_param = value
+        else:
+            slot.string_param = value
+
+
+def _flat_contents(values: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    if dtype == np.object_:
+        out = np.empty(len(values), dtype=np.object_)
+        out[:] = list(values)
+        return out
+    return np.asarray(values, dtype=dtype)
+
+
+def _decode_contents(request: pb.ModelInferRequest, tensor: Any) -> np.ndarray[Any, Any] | None:
+    fields = tensor.contents.ListFields()
+    if not fields:
+        return None
+    dtype = datatypes.lookup(tensor.datatype)
+    names = [f.name for f, _ in fields]
+    if dtype is None or dtype.contents_field is None or names != [dtype.contents_field]:
+        expected = dtype.contents_field if dtype is not None else None
+        raise InvalidArgument(
+            f"input '{tensor.name}' for model '{request.model_name}' with datatype "
+            f"'{tensor.datatype}' carries {', '.join(names)}; "
+            + (
+                f"expected {expected} or raw_input_contents"
+                if expected
+                else "this datatype can only be sent in raw_input_contents"
+            )
+        )
+    return _flat_contents(fields[0][1], dtype.numpy)
+
+
+def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidArgument(
+            f"expected {len(request.inputs)} raw_input_contents (one per input) for model "
+            f"'{request.model_name}', got {len(raw)}"
+        )
+    inputs = []
+    for index, tensor in enumerate(request.inputs):
+        inputs.append(
+            InputTensor(
+                name=tensor.name,
+                datatype=tensor.datatype,
+                shape=tuple(tensor.shape),
+                raw=raw[index] if raw else None,
+                contents=_decode_contents(request, tensor),
+                parameters=decode_parameters(tensor.parameters) if tensor.parameters else {},
+            )
+        )
+    return InferRequest(
+        model_name=request.model_name,
+        model_version=request.model_version,
+        id=request.id,
+        inputs=inputs,
+        outputs=[
+            RequestedOutput(o.name, decode_parameters(o.parameters) if o.parameters else {})
+            for o in request.outputs
+        ],
+        parameters=decode_parameters(request.parameters) if request.parameters else {},
+    )
+
+
+def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes:
+    if datatype == "BYTES":
+        return datatypes.serialize_bytes_tensor(array)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelInferResponse:
+    """Raises ResourceExhausted when the outputs alone exceed the send limit."""
+    raw = [_raw(o.datatype, o.array) for o in response.outputs]
+    size = sum(len(r) for r in raw)
+    if size > max_bytes:
+        raise ResourceExhausted(
+            f"response for model '{response.model_name}' holds {size} bytes of outputs, more "
+            f"than the server's max message size {max_bytes}"
+        )
+    message = pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id,
+        outputs=[
+            pb.ModelInferResponse.InferOutputTensor(name=o.name, datatype=o.datatype, shape=o.shape)
+            for o in response.outputs
+        ],
+        raw_output_contents=raw,
+    )
+    if response.parameters:
+        encode_parameters(message.parameters, response.parameters)
+    return message
+
+
+def encode_server_metadata(meta: ServerMetadata) -> pb.ServerMetadataResponse:
+    return pb.ServerMetadataResponse(
+        name=meta.name, version=meta.version, extensions=list(meta.extensions)
+    )
+
+
+def _tensor_metadata(
+    specs: Iterable[TensorSpec],
+) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    return [
+        pb.ModelMetadataResponse.TensorMetadata(name=s.name, datatype=s.datatype, shape=s.shape)
+        for s in specs
+    ]
+
+
+def encode_model_metadata(meta: ModelMetadata) -> pb.ModelMetadataResponse:
+    return pb.ModelMetadataResponse(
+        name=meta.name,
+        versions=meta.versions,
+        platform=meta.platform,
+        inputs=_tensor_metadata(meta.inputs),
+        outputs=_tensor_metadata(meta.outputs),
+    )

@@ -1,0 +1,1 @@
+"""Model repository: finding models on disk, reading their configs, choosing versions."""

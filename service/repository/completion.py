@@ -1,0 +1,115 @@
+"""Completing a config from the model file's own signature, and checking the two agree.
+
+This mirrors Triton's auto-complete: a backend reports the tensors its model file
+declares (full shapes, ``-1`` for dynamic dims) and this module fills what the config
+left out, then refuses a config that contradicts the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inference import model_config_pb2 as mc
+
+from .. import datatypes
+from ..types import TensorSpec
+from .config_file import ConfigError
+
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "ModelSignature", "check_against_signature", "complete"]
+
+# Triton's default for models whose every tensor has a dynamic first dimension.
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+
+    @property
+    def batchable(self) -> bool:
+        tensors = [*self.inputs, *self.outputs]
+        return bool(tensors) and all(t.shape and t.shape[0] == -1 for t in tensors)
+
+
+def complete(config: mc.ModelConfig, signature: ModelSignature) -> None:
+    """Fill max_batch_size, inputs and outputs where the config has none (in place)."""
+    if config.max_batch_size == 0 and not config.input and signature.batchable:
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    batched = config.max_batch_size > 0
+    if not config.input:
+        for spec in signature.inputs:
+            _fill(config.input.add(), spec, batched)
+    if not config.output:
+        for spec in signature.outputs:
+            _fill(config.output.add(), spec, batched)
+
+
+def _fill(tensor: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
+    tensor.name = spec.name
+    tensor.data_type = mc.DataType.Value(datatypes.config_type_for(spec.datatype))  # type: ignore[assignment]
+    dims = spec.shape[1:] if batched else spec.shape
+    if dims:
+        tensor.dims.extend(dims)
+    else:
+        # A tensor that is only the batch dimension: clients see [batch, 1], the model [batch].
+        tensor.dims.append(1)
+        tensor.reshape.SetInParent()
+
+
+def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:
+    """Raise ConfigError naming the first tensor where config and model file disagree."""
+    batched = config.max_batch_size > 0
+    model_inputs = {t.name: t for t in signature.inputs}
+    model_outputs = {t.name: t for t in signature.outputs}
+    for kind, tensors, known in (
+        ("input", config.input, model_inputs),
+        ("output", config.output, model_outputs),
+    ):
+        for tensor in tensors:
+            spec = known.get(tensor.name)
+            if spec is None:
+                raise ConfigError(
+                    f"unexpected {kind} '{tensor.name}' in config, the model's {kind}s are: "
+                    + ", ".join(sorted(known))
+                )
+            _check_tensor(kind, tensor, spec, batched)
+    configured = {t.name for t in config.input}
+    missing = [name for name in model_inputs if name not in configured]
+    if missing:
+        raise ConfigError("model inputs missing from config: " + ", ".join(missing))
+
+
+def _check_tensor(
+    kind: str, tensor: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool
+) -> None:
+    datatype = datatypes.datatype_from_config(mc.DataType.Name(tensor.data_type))
+    if datatype != spec.datatype:
+        raise ConfigError(
+            f"{kind} '{tensor.name}' has data type {datatype} in config, "
+            f"but the model declares {spec.datatype}"
+        )
+    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+    expected = ([-1] if batched else []) + dims
+    if len(expected) != len(spec.shape):
+        raise ConfigError(
+            f"{kind} '{tensor.name}' has {len(expected)} dimensions with max_batch_size "
+            f"{'> 0' if batched else '0'} in config, but the model declares shape "
+            f"{_fmt(spec.shape)}"
+        )
+    if batched and spec.shape[0] != -1:
+        raise ConfigError(
+            f"{kind} '{tensor.name}': max_batch_size > 0 needs a dynamic first dimension, "
+            f"the model declares shape {_fmt(spec.shape)}"
+        )
+    for ours, theirs in zip(expected, spec.shape, strict=True):
+        if ours != -1 and theirs != -1 and ours != theirs:
+            raise ConfigError(
+                f"{kind} '{tensor.name}' has dims {_fmt(expected)} in config, "
+                f"but the model declares shape {_fmt(spec.shape)}"
+            )
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"

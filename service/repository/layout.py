@@ -1,0 +1,69 @@
+"""Finding models in Triton-layout repositories.
+
+Layout: ``<repo>/<model>/config.pbtxt`` plus numbered version folders ``<repo>/<model>/<N>/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ModelDirectory", "discover_models"]
+
+CONFIG_FILE = "config.pbtxt"
+
+
+@dataclass(frozen=True)
+class ModelDirectory:
+    """One model's folder, or why it cannot be used (``error`` set)."""
+
+    name: str
+    path: Path
+    repository: Path
+    versions: tuple[int, ...] = ()
+    error: str = ""
+    duplicates: tuple[Path, ...] = field(default=())
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    def version_path(self, version: int) -> Path:
+        return self.path / str(version)
+
+
+def _numeric_versions(model_path: Path) -> tuple[int, ...]:
+    versions = []
+    for child in model_path.iterdir():
+        if child.is_dir() and child.name.isdigit():
+            versions.append(int(child.name))
+    return tuple(sorted(versions))
+
+
+def discover_models(repositories: Sequence[Path]) -> dict[str, ModelDirectory]:
+    """Every model folder of every repository, keyed by model name.
+
+    A name found in two repositories is unusable (Triton refuses it too): the entry
+    carries an error instead of silently picking one.
+    """
+    found: dict[str, ModelDirectory] = {}
+    for repo in repositories:
+        for child in sorted(repo.iterdir()):
+            if not child.is_dir() or child.name.startswith("."):
+                continue
+            entry = ModelDirectory(child.name, child, repo, _numeric_versions(child))
+            previous = found.get(child.name)
+            if previous is not None:
+                entry = ModelDirectory(
+                    child.name,
+                    child,
+                    repo,
+                    error=(
+                        f"model '{child.name}' appears in more than one repository: "
+                        f"{previous.repository} and {repo}"
+                    ),
+                    duplicates=(previous.path, child),
+                )
+            found[child.name] = entry
+    return found

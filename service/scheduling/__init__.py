@@ -1,0 +1,1 @@
+"""Schedulers: how requests reach model instances (default, dynamic batching, sequences)."""
