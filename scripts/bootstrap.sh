@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build the environments from nothing, idempotently. Sourced by serve.sh and test.sh.
+#   bootstrap.sh server   -> .venv with the server's runtime dependencies
+#   bootstrap.sh test     -> .venv with dev extras, .venv-client (tritonclient), buf via npm
+# Each step is skipped when the inputs it was built from have not changed (stamp files).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+what="${1:-server}"
+
+"$PYTHON" - <<'PY' || { echo "bootstrap: Python >= 3.11 is required (set PYTHON=...)" >&2; exit 1; }
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PY
+
+stamp_ok() {  # stamp_ok FILE INPUT...: true when FILE holds the hash of the inputs
+  local file="$1"; shift
+  [ -f "$file" ] && [ "$(cat "$file")" = "$(cat "$@" | sha256sum | cut -d' ' -f1)" ]
+}
+stamp_write() {
+  local file="$1"; shift
+  cat "$@" | sha256sum | cut -d' ' -f1 > "$file"
+}
+pip_quiet() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
+
+make_venv() {
+  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+}
+
+make_venv .venv
+if [ "$what" = "test" ]; then
+  if ! stamp_ok .venv/.stamp-dev pyproject.toml; then
+    echo "bootstrap: installing server + dev dependencies into .venv"
+    pip_quiet .venv/bin/python -m pip install -e ".[dev]"
+    .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy" || exit 1
+    stamp_write .venv/.stamp-dev pyproject.toml
+    cp .venv/.stamp-dev .venv/.stamp-server
+  fi
+  make_venv .venv-client
+  if ! stamp_ok .venv-client/.stamp tests/requirements-client.txt; then
+    echo "bootstrap: installing the test client environment into .venv-client"
+    pip_quiet .venv-client/bin/python -m pip install -r tests/requirements-client.txt
+    .venv-client/bin/python -c "import tritonclient.grpc, pytest" || exit 1
+    stamp_write .venv-client/.stamp tests/requirements-client.txt
+  fi
+  if ! stamp_ok node_modules/.stamp package-lock.json; then
+    command -v npm >/dev/null || { echo "bootstrap: npm is required for buf" >&2; exit 1; }
+    echo "bootstrap: installing buf (npm ci)"
+    npm ci --silent --no-audit --no-fund
+    stamp_write node_modules/.stamp package-lock.json
+  fi
+else
+  if ! stamp_ok .venv/.stamp-server pyproject.toml; then
+    echo "bootstrap: installing the server into .venv"
+    pip_quiet .venv/bin/python -m pip install -e .
+    .venv/bin/python -c "import grpc, onnxruntime" || exit 1
+    stamp_write .venv/.stamp-server pyproject.toml
+  fi
+fi

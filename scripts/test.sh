@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Bootstrap every environment, then run every check and test. CI runs exactly this.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/bootstrap.sh" test
+cd "$ROOT"
+export SERVICE_PYTHON="$ROOT/.venv/bin/python"
+
+echo "== buf lint";            npx --no-install buf lint
+echo "== generated code";      .venv/bin/python scripts/gen_protos.py --check
+echo "== ruff";                .venv/bin/ruff check . && .venv/bin/ruff format --check .
+echo "== mypy";                .venv/bin/mypy service gateway
+echo "== server-side tests";   .venv/bin/python -m pytest -q tests/unit
+echo "== client-side tests";   .venv-client/bin/python -m pytest -q tests/compat tests/integration

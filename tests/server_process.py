@@ -1,0 +1,107 @@
+"""Start the real server as a subprocess on a free loopback port, and stop it by its PID.
+
+Usable from both test environments: only the standard library. The server binds port 0
+and logs the port it got, so tests never race for a "free" port.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVICE_PYTHON = os.environ.get("SERVICE_PYTHON", str(REPO_ROOT / ".venv" / "bin" / "python"))
+DEFAULT_REPOSITORY = REPO_ROOT / "service" / "default_repository"
+
+_STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
+
+
+class ServerProcess:
+    """``python -m service`` with its stderr collected; ``url`` is ``127.0.0.1:<port>``."""
+
+    def __init__(
+        self,
+        repositories: Sequence[Path] = (DEFAULT_REPOSITORY,),
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        args = [SERVICE_PYTHON, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"]
+        for repo in repositories:
+            args += ["--model-repository", str(repo)]
+        self.args = [*args, *extra_args]
+        self.env = {**os.environ, **(env or {})}
+        self.port = 0
+        self.lines: list[str] = []
+        self._proc: subprocess.Popen[str] | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        self._proc = subprocess.Popen(
+            self.args,
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self._proc.returncode}:\n{self.log}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"server did not start in {timeout}s:\n{self.log}")
+        return self
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self.lines.append(line)
+            match = _STARTED.search(line)
+            if match and not self._ready.is_set():
+                self.port = int(match.group(1))
+                self._ready.set()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait; returns the exit code."""
+        if self._proc is None:
+            return 0
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
