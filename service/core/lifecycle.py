@@ -126,6 +126,24 @@ class ModelManager:
             )
         return model
 
+    def loaded(self, name: str = "", version: str = "") -> list[ModelVersion]:
+        """Ready versions for statistics: all models, one model, or one version of it."""
+        if not name:
+            if version:
+                raise InvalidArgument("a model version was given without a model name")
+            return [
+                m for e in self._models.values() for v, m in sorted(e.versions.items()) if m.ready
+            ]
+        if version:
+            return [self.get(name, version)]
+        entry = self._models.get(name)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        ready = [entry.versions[v] for v in entry.ready_versions()]
+        if not ready:
+            raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
+        return ready
+
     def config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.get(name, version).config
 

@@ -82,7 +82,7 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     pool = InstancePool([InstanceWorker(instance) for instance in instances])
-    model.scheduler = create_scheduler(config, pool)
+    model.scheduler = create_scheduler(config, pool, model.stats)
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
     return model

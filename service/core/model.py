@@ -9,6 +9,7 @@ from inference import model_config_pb2 as mc
 
 from .. import datatypes
 from ..scheduling.base import Scheduler
+from ..statistics import ModelStats
 from ..types import TensorSpec
 
 __all__ = ["IOSpec", "ModelState", "ModelVersion", "io_specs"]
@@ -60,6 +61,7 @@ class ModelVersion:
     scheduler: Scheduler | None = None
     inputs: dict[str, IOSpec] = field(default_factory=dict)
     outputs: dict[str, IOSpec] = field(default_factory=dict)
+    stats: ModelStats = field(default_factory=ModelStats)
 
     @property
     def ready(self) -> bool:

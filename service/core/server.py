@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
 from .. import SERVER_NAME, __version__
 from ..errors import ServerError, Unavailable
+from ..statistics import ModelStats
 from ..types import InferRequest, InferResponse, TensorSpec
 from .lifecycle import ModelManager
 from .validation import build_outputs, prepare_job
 
-__all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata"]
+__all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented: the model configuration extension (ModelConfig RPC).
-EXTENSIONS: tuple[str, ...] = ("model_configuration",)
+# Only what is actually implemented: the model configuration extension (ModelConfig RPC),
+# and schedule_policy (dynamic batcher priorities and queue policies).
+EXTENSIONS: tuple[str, ...] = ("model_configuration", "schedule_policy")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,13 @@ class ModelMetadata:
     platform: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    name: str
+    version: int
+    stats: ModelStats
 
 
 class InferenceServer:
@@ -74,17 +84,28 @@ class InferenceServer:
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self._models.config(name, version)
 
+    def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
+        return [
+            VersionStats(m.name, m.version, m.stats) for m in self._models.loaded(name, version)
+        ]
+
     async def infer(self, request: InferRequest) -> InferResponse:
+        start = time.monotonic_ns()
         try:
             if not self._accepting:
                 raise Unavailable("Server is shutting down: new inference requests are refused")
             model = self._models.get(request.model_name, request.model_version)
-            job = prepare_job(model, request)
-            assert model.scheduler is not None  # guaranteed by ModelManager.get
-            results = await model.scheduler.submit(job)
-            outputs = build_outputs(model, job, results)
         except ServerError as exc:
             raise exc.with_request_id(request.id) from None
+        try:
+            job = prepare_job(model, request)
+            assert model.scheduler is not None  # guaranteed by ModelManager.get
+            result = await model.scheduler.submit(job)
+            outputs = build_outputs(model, job, result.outputs)
+        except ServerError as exc:
+            model.stats.record_failure(time.monotonic_ns() - start)
+            raise exc.with_request_id(request.id) from None
+        model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
         return InferResponse(
             model_name=model.name,
             model_version=str(model.version),

@@ -38,7 +38,24 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
     _check_required(model, given)
     batch_size = _batch_size(model, request.inputs)
     inputs = {t.name: _to_array(model, model.inputs[t.name], t, batch_size) for t in request.inputs}
-    return Job(inputs, _requested_outputs(model, request), batch_size, request.id)
+    return Job(
+        inputs,
+        _requested_outputs(model, request),
+        batch_size,
+        request.id,
+        priority=_int_parameter(model, request, "priority"),
+        timeout_us=_int_parameter(model, request, "timeout"),
+    )
+
+
+def _int_parameter(model: ModelVersion, request: InferRequest, key: str) -> int:
+    value = request.parameters.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(
+            f"parameter '{key}' for model '{model.name}' must be a non-negative integer, "
+            f"got {value!r}"
+        )
+    return value
 
 
 def _check_required(model: ModelVersion, given: dict[str, InputTensor]) -> None:

@@ -14,8 +14,9 @@ import numpy as np
 from inference import grpc_service_pb2 as pb
 
 from .. import datatypes
-from ..core.server import ModelMetadata, ServerMetadata
+from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted
+from ..statistics import Duration
 from ..types import (
     InferRequest,
     InferResponse,
@@ -29,6 +30,7 @@ __all__ = [
     "decode_infer_request",
     "encode_infer_response",
     "encode_model_metadata",
+    "encode_model_statistics",
     "encode_server_metadata",
 ]
 
@@ -168,3 +170,40 @@ def encode_model_metadata(meta: ModelMetadata) -> pb.ModelMetadataResponse:
         inputs=_tensor_metadata(meta.inputs),
         outputs=_tensor_metadata(meta.outputs),
     )
+
+
+def _duration(d: Duration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=d.count, ns=d.ns)
+
+
+def encode_model_statistics(entries: Iterable[VersionStats]) -> pb.ModelStatisticsResponse:
+    out = []
+    for entry in entries:
+        s = entry.stats
+        out.append(
+            pb.ModelStatistics(
+                name=entry.name,
+                version=str(entry.version),
+                last_inference=s.last_inference_ms,
+                inference_count=s.inference_count,
+                execution_count=s.execution_count,
+                inference_stats=pb.InferStatistics(
+                    success=_duration(s.success),
+                    fail=_duration(s.fail),
+                    queue=_duration(s.queue),
+                    compute_input=_duration(s.compute_input),
+                    compute_infer=_duration(s.compute_infer),
+                    compute_output=_duration(s.compute_output),
+                ),
+                batch_stats=[
+                    pb.InferBatchStatistics(
+                        batch_size=size,
+                        compute_input=_duration(b.compute_input),
+                        compute_infer=_duration(b.compute_infer),
+                        compute_output=_duration(b.compute_output),
+                    )
+                    for size, b in sorted(s.batches.items())
+                ],
+            )
+        )
+    return pb.ModelStatisticsResponse(model_stats=out)

@@ -18,6 +18,7 @@ from .codec import (
     decode_infer_request,
     encode_infer_response,
     encode_model_metadata,
+    encode_model_statistics,
     encode_server_metadata,
 )
 from .status import grpc_errors
@@ -133,10 +134,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ),
         )
 
-    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.
-    @grpc_errors
-    async def ModelStatistics(self, request: Any, context: Context) -> Any:
-        raise _not_yet("ModelStatistics", "statistics")
+    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.    @grpc_errors
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        return encode_model_statistics(self._core.model_statistics(request.name, request.version))
 
     @grpc_errors
     async def RepositoryIndex(self, request: Any, context: Context) -> Any:

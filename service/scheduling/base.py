@@ -1,18 +1,21 @@
-"""The one interface every scheduler implements, and the unit of work it receives."""
+"""The one interface every scheduler implements, and the units of work it handles."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy.typing as npt
 
-__all__ = ["Job", "Scheduler"]
+from ..statistics import BatchTimings
+
+__all__ = ["Array", "ExecutionResult", "Job", "Scheduler"]
 
 Array = npt.NDArray[Any]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Job:
     """One validated request, ready for a backend: model-side names and shapes."""
 
@@ -20,11 +23,34 @@ class Job:
     outputs: list[str]
     batch_size: int  # 0 for models without a batch dimension
     request_id: str = ""
+    priority: int = 0  # 0: the model's default level
+    timeout_us: int = 0  # 0: the queue policy's default
+    # Set by schedulers:
+    enqueue_ns: int = 0
+    deadline_ns: int | None = None
+    seq: int = 0
+    future: asyncio.Future[ExecutionResult] | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        """Inferences this job adds to a batch (an unbatched request counts as one)."""
+        return max(self.batch_size, 1)
+
+    def shape_key(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Jobs batch together only when every input agrees beyond the batch dimension."""
+        return tuple(sorted((name, tuple(a.shape[1:])) for name, a in self.inputs.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    outputs: dict[str, Array]
+    queue_ns: int
+    timings: BatchTimings
 
 
 class Scheduler(Protocol):
-    async def submit(self, job: Job) -> dict[str, Array]:
-        """Run ``job`` on some instance and return its outputs by name."""
+    async def submit(self, job: Job) -> ExecutionResult:
+        """Run ``job`` on some instance and return its own outputs and timings."""
         ...
 
     @property

@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
-from .base import Array, Job
+import asyncio
+import time
+from collections.abc import Callable
+
+from ..statistics import BatchTimings, ModelStats
+from .base import Array, ExecutionResult, Job
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
 
 
 class DefaultScheduler:
-    def __init__(self, pool: InstancePool) -> None:
+    def __init__(
+        self, pool: InstancePool, stats: ModelStats, clock: Callable[[], int] = time.monotonic_ns
+    ) -> None:
         self._pool = pool
+        self._stats = stats
+        self._clock = clock
         self._inflight = 0
 
     @property
     def inflight(self) -> int:
         return self._inflight
 
-    async def submit(self, job: Job) -> dict[str, Array]:
+    async def submit(self, job: Job) -> ExecutionResult:
         self._inflight += 1
         try:
-            return await self._pool.run(job.inputs, job.outputs)
+            job.enqueue_ns = self._clock()
+            try:
+                worker = await self._pool.acquire()
+            except asyncio.CancelledError:
+                self._stats.record_cancelled()
+                raise
+            task = self._pool.launch(worker, [job])
+            task.add_done_callback(lambda t: self._record(job, t))
+            outputs, timings = await asyncio.shield(task)
+            return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
         finally:
             self._inflight -= 1
+
+    def _record(
+        self, job: Job, task: asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]
+    ) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._stats.record_execution(job.size, task.result()[1])
 
     async def stop(self) -> None:
         self._pool.close()

@@ -7,11 +7,13 @@ shared between threads) while instances run in parallel; the event loop never bl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ..backends.base import ModelInstance
-from .base import Array
+from ..statistics import BatchTimings
+from .base import Array, Job
+from .batch import execute_batch
 
 __all__ = ["InstancePool", "InstanceWorker"]
 
@@ -21,9 +23,9 @@ class InstanceWorker:
         self.instance = instance
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=instance.spec.name)
 
-    async def run(self, inputs: dict[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
+    async def run(self, jobs: Sequence[Job]) -> tuple[list[dict[str, Array]], BatchTimings]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.instance.execute, inputs, outputs)
+        return await loop.run_in_executor(self._executor, execute_batch, self.instance, jobs)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -38,17 +40,37 @@ class InstancePool:
         self._free: asyncio.Queue[InstanceWorker] = asyncio.Queue()
         for worker in self.workers:
             self._free.put_nowait(worker)
+        self._listeners: list[Callable[[], None]] = []
 
-    async def run(self, inputs: dict[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
-        """Execute on the next free instance.
+    def on_release(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
 
-        The execution is shielded: a caller that goes away does not free the instance while
-        its thread still runs; the instance returns to the pool when the thread is done.
-        """
-        worker = await self._free.get()
-        task = asyncio.ensure_future(worker.run(inputs, outputs))
-        task.add_done_callback(lambda _: self._free.put_nowait(worker))
-        return await asyncio.shield(task)
+    @property
+    def has_free(self) -> bool:
+        return not self._free.empty()
+
+    async def acquire(self) -> InstanceWorker:
+        return await self._free.get()
+
+    def try_acquire(self) -> InstanceWorker | None:
+        try:
+            return self._free.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
+    def release(self, worker: InstanceWorker) -> None:
+        self._free.put_nowait(worker)
+        for listener in self._listeners:
+            listener()
+
+    def launch(
+        self, worker: InstanceWorker, jobs: Sequence[Job]
+    ) -> asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]:
+        """Start ``jobs`` on an acquired worker; the worker returns to the pool when its
+        thread is done, even if every caller has gone away meanwhile."""
+        task = asyncio.ensure_future(worker.run(jobs))
+        task.add_done_callback(lambda _: self.release(worker))
+        return task
 
     def close(self) -> None:
         for worker in self.workers:

@@ -1,0 +1,189 @@
+"""The dynamic batcher: one asyncio task per model drives the pure queue and batch rules.
+
+The task wakes on a new job, a freed instance or a timer; it forms a batch only when an
+instance is free, so that under load requests keep joining until one can run. Callers
+wait on a per-job future. A caller that goes away (cancellation, deadline) leaves a
+cancelled future behind, and the job is dropped before it is executed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from inference import model_config_pb2 as mc
+
+from ..errors import ServerError, Unavailable
+from ..statistics import BatchTimings, ModelStats
+from .base import Array, ExecutionResult, Job
+from .instances import InstancePool, InstanceWorker
+from .policy import BatchPolicy
+from .queues import PriorityQueues
+
+__all__ = ["DynamicBatchScheduler", "delay_count_from_env"]
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def delay_count_from_env() -> int:
+    """TRITONSERVER_DELAY_SCHEDULER=N (test-only): hold batching until N jobs are queued."""
+    try:
+        return max(0, int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0")))
+    except ValueError:
+        return 0
+
+
+class DynamicBatchScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        pool: InstancePool,
+        stats: ModelStats,
+        clock: Clock = time.monotonic_ns,
+        delay_count: int | None = None,
+    ) -> None:
+        self._name = config.name
+        self._pool = pool
+        self._stats = stats
+        self._clock = clock
+        self._policy = BatchPolicy.from_config(config)
+        self._queues = PriorityQueues.from_config(config.dynamic_batching)
+        self._preserve_ordering = config.dynamic_batching.preserve_ordering
+        self._delay_count = delay_count_from_env() if delay_count is None else delay_count
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._executing: set[asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]] = set()
+        self._inflight = 0
+        self._seq = 0
+        self._next_release = 0
+        self._held: dict[int, Callable[[], None]] = {}
+        self._stopping = False
+        pool.on_release(self._wake.set)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    async def submit(self, job: Job) -> ExecutionResult:
+        if self._stopping:
+            raise Unavailable(f"model '{self._name}' is unloading")
+        loop = asyncio.get_running_loop()
+        job.enqueue_ns = self._clock()
+        self._queues.push(job, job.enqueue_ns)  # may raise ResourceExhausted
+        job.future = loop.create_future()
+        job.seq = self._seq
+        self._seq += 1
+        self._inflight += 1
+        if self._task is None:
+            self._task = loop.create_task(self._run(), name=f"batcher-{self._name}")
+        self._wake.set()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._wake.set()  # drop it from the queue now, not at the next event
+            raise
+        finally:
+            self._inflight -= 1
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._step()
+
+    def _step(self) -> None:
+        """One pass of the batching rules; forms as many batches as free instances allow."""
+        now = self._clock()
+        for job in self._queues.drop_done():
+            self._stats.record_cancelled()
+            self._complete(job, None)
+        for job in self._queues.expire(now):
+            self._complete(
+                job, functools.partial(self._fail, job, Unavailable("Request timeout expired"))
+            )
+        if self._delay_count:
+            if len(self._queues) < self._delay_count:
+                return
+            self._delay_count = 0
+        wait_until = None
+        while len(self._queues) and self._pool.has_free:
+            decision = self._policy.decide(self._queues, now)
+            if not decision.take:
+                wait_until = decision.wait_until_ns
+                break
+            worker = self._pool.try_acquire()
+            assert worker is not None
+            self._dispatch(worker, self._queues.pop(decision.take))
+        deadline = self._queues.next_deadline()
+        if deadline is not None and (wait_until is None or deadline < wait_until):
+            wait_until = deadline
+        self._arm_timer(wait_until, now)
+
+    def _arm_timer(self, wait_until: int | None, now: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wait_until is not None:
+            delay = max(0, wait_until - now) / 1e9
+            self._timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
+
+    def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
+        execution = self._pool.launch(worker, jobs)
+        self._executing.add(execution)
+        execution.add_done_callback(lambda done: self._finished(jobs, done))
+
+    def _finished(
+        self, jobs: list[Job], done: asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]
+    ) -> None:
+        self._executing.discard(done)
+        error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
+        if error is not None:
+            failure = error if isinstance(error, ServerError) else Unavailable(str(error))
+            for job in jobs:
+                self._complete(job, functools.partial(self._fail, job, failure))
+            return
+        outputs, timings = done.result()
+        self._stats.record_execution(sum(j.size for j in jobs), timings)
+        for job, out in zip(jobs, outputs, strict=True):
+            result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+            self._complete(job, functools.partial(self._succeed, job, result))
+
+    @staticmethod
+    def _succeed(job: Job, result: ExecutionResult) -> None:
+        if job.future is not None and not job.future.done():
+            job.future.set_result(result)
+
+    @staticmethod
+    def _fail(job: Job, error: BaseException) -> None:
+        if job.future is not None and not job.future.done():
+            job.future.set_exception(error)
+
+    def _complete(self, job: Job, deliver: Callable[[], None] | None) -> None:
+        """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""
+        if not self._preserve_ordering:
+            if deliver is not None:
+                deliver()
+            return
+        self._held[job.seq] = deliver or (lambda: None)
+        while self._next_release in self._held:
+            self._held.pop(self._next_release)()
+            self._next_release += 1
+
+    async def stop(self) -> None:
+        """Finish queued and executing jobs, then stop the batcher and free the instances."""
+        self._stopping = True
+        while len(self._queues) or self._executing:
+            self._wake.set()
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._pool.close()

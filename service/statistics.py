@@ -1,0 +1,102 @@
+"""Per model-version statistics, as the statistics extension defines them.
+
+Every update happens on the event loop thread (workers hand their timings back through
+the awaited result), so plain integers are enough and no increment is ever lost.
+Durations are nanoseconds, as the protocol reports them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["BatchTimings", "Duration", "ModelStats"]
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTimings:
+    """Monotonic timestamps (ns) of one execution, taken in the instance's thread."""
+
+    start: int  # dispatch: queueing ends here
+    input_end: int  # inputs merged and handed to the backend
+    infer_end: int  # backend returned
+    end: int  # outputs split per request
+
+    @property
+    def compute_input(self) -> int:
+        return self.input_end - self.start
+
+    @property
+    def compute_infer(self) -> int:
+        return self.infer_end - self.input_end
+
+    @property
+    def compute_output(self) -> int:
+        return self.end - self.infer_end
+
+
+@dataclass(slots=True)
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class ModelStats:
+    """Counters for one model version; ``wall_ms`` is injectable for tests."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    cancelled: int = 0
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+    wall_ms: Callable[[], int] = _wall_ms
+
+    def record_execution(self, batch_size: int, timings: BatchTimings) -> None:
+        """One model execution of ``batch_size`` inferences (1 for unbatched models)."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        stats = self.batches.get(batch_size)
+        if stats is None:
+            stats = self.batches[batch_size] = BatchStats()
+        stats.compute_input.add(timings.compute_input)
+        stats.compute_infer.add(timings.compute_infer)
+        stats.compute_output.add(timings.compute_output)
+
+    def record_success(self, request_ns: int, queue_ns: int, timings: BatchTimings) -> None:
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(timings.compute_input)
+        self.compute_infer.add(timings.compute_infer)
+        self.compute_output.add(timings.compute_output)
+        self.last_inference_ms = self.wall_ms()
+
+    def record_failure(self, request_ns: int) -> None:
+        self.fail.add(request_ns)
+        self.last_inference_ms = self.wall_ms()
+
+    def record_cancelled(self) -> None:
+        """A request removed before execution (caller cancelled or deadline passed)."""
+        self.cancelled += 1
