@@ -1,0 +1,297 @@
+"""DynamicBatchScheduler and DefaultScheduler driven with fake instances on a real loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inference import model_config_pb2 as mc
+from service.backends.base import InstanceSpec
+from service.errors import Internal, ResourceExhausted, Unavailable
+from service.scheduling.base import Job
+from service.scheduling.default import DefaultScheduler
+from service.scheduling.dynamic import DynamicBatchScheduler
+from service.scheduling.instances import InstancePool, InstanceWorker
+from service.statistics import ModelStats
+
+
+class Doubler:
+    """Y = 2 * X; records every batch it executes; may sleep or fail on demand."""
+
+    def __init__(self, name: str = "fake_0", delay: float = 0.0) -> None:
+        self.spec = InstanceSpec(name, "KIND_CPU", 0, 1)
+        self.delay = delay
+        self.batches: list[int] = []
+        self.fail = False
+        self.started = threading.Event()
+
+    def signature(self) -> Any:
+        raise NotImplementedError
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        self.started.set()
+        self.batches.append(len(inputs["X"]))
+        time.sleep(self.delay)
+        if self.fail:
+            raise Internal("onnx runtime error: boom")
+        return {"Y": inputs["X"] * 2, "Z": inputs["X"] + 1}
+
+    def close(self) -> None:
+        pass
+
+
+def config(max_batch: int = 64, **batching: Any) -> mc.ModelConfig:
+    cfg = mc.ModelConfig(name="m", max_batch_size=max_batch)
+    cfg.dynamic_batching.SetInParent()
+    for key, value in batching.items():
+        field = getattr(cfg.dynamic_batching, key)
+        if isinstance(value, list):
+            field.extend(value)
+        else:
+            setattr(cfg.dynamic_batching, key, value)
+    return cfg
+
+
+def make(instances: Sequence[Doubler], **kwargs: Any) -> tuple[DynamicBatchScheduler, ModelStats]:
+    stats = ModelStats()
+    pool = InstancePool([InstanceWorker(i) for i in instances])
+    delay_count = kwargs.pop("delay_count", 0)
+    return DynamicBatchScheduler(config(**kwargs), pool, stats, delay_count=delay_count), stats
+
+
+def request(value: float, batch: int = 1, outputs: Sequence[str] = ("Y",)) -> Job:
+    return Job({"X": np.full((batch, 3), value, np.float32)}, list(outputs), batch)
+
+
+async def test_64_requests_become_one_execution_and_each_gets_its_own_rows() -> None:
+    fake = Doubler()
+    scheduler, stats = make([fake], delay_count=64)
+    results = await asyncio.gather(*(scheduler.submit(request(i)) for i in range(64)))
+    assert fake.batches == [64]
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result.outputs["Y"], np.full((1, 3), 2 * i, np.float32))
+    assert (stats.execution_count, stats.inference_count) == (1, 64)
+    assert stats.batches[64].compute_infer.count == 1
+    await scheduler.stop()
+
+
+async def test_requests_wait_for_the_queue_delay_to_form_a_batch() -> None:
+    fake = Doubler()
+    scheduler, stats = make([fake], max_queue_delay_microseconds=200_000)
+    first = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(scheduler.submit(request(2)))
+    done = await asyncio.gather(first, second)
+    assert fake.batches == [2]
+    assert done[0].queue_ns >= 150_000_000
+    await scheduler.stop()
+
+
+async def test_each_caller_gets_only_the_outputs_it_asked_for() -> None:
+    fake = Doubler()
+    scheduler, _ = make([fake], delay_count=2)
+    a, b = await asyncio.gather(
+        scheduler.submit(request(1, outputs=["Y"])),
+        scheduler.submit(request(1, batch=2, outputs=["Z"])),
+    )
+    assert fake.batches == [3]
+    assert set(a.outputs) == {"Y"} and a.outputs["Y"].shape == (1, 3)
+    assert set(b.outputs) == {"Z"} and b.outputs["Z"].shape == (2, 3)
+    await scheduler.stop()
+
+
+async def test_preserve_ordering_returns_results_in_arrival_order() -> None:
+    slow, fast = Doubler("slow_0", delay=0.3), Doubler("fast_0")
+    scheduler, _ = make([slow, fast], max_batch=1, preserve_ordering=True)
+    finished: list[int] = []
+
+    async def call(i: int) -> None:
+        await scheduler.submit(request(i))
+        finished.append(i)
+
+    first = asyncio.create_task(call(0))
+    await asyncio.sleep(0.05)  # request 0 is on the slow instance now
+    await asyncio.gather(first, call(1))
+    assert slow.batches == [1] and fast.batches == [1]
+    assert finished == [0, 1]
+    await scheduler.stop()
+
+
+async def test_without_preserve_ordering_fast_results_go_first() -> None:
+    slow, fast = Doubler("slow_0", delay=0.3), Doubler("fast_0")
+    scheduler, _ = make([slow, fast], max_batch=1)
+    finished: list[int] = []
+
+    async def call(i: int) -> None:
+        await scheduler.submit(request(i))
+        finished.append(i)
+
+    first = asyncio.create_task(call(0))
+    await asyncio.sleep(0.05)
+    await asyncio.gather(first, call(1))
+    assert finished == [1, 0]
+    await scheduler.stop()
+
+
+async def test_a_cancelled_request_is_removed_before_execution_and_counted() -> None:
+    busy = Doubler(delay=0.3)
+    scheduler, stats = make([busy], max_batch=1)
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.05)
+    queued = asyncio.create_task(scheduler.submit(request(2)))
+    await asyncio.sleep(0.01)
+    queued.cancel()
+    await running
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    await asyncio.sleep(0.05)
+    assert busy.batches == [1]
+    assert stats.cancelled == 1
+    assert (stats.execution_count, stats.inference_count) == (1, 1)
+    await scheduler.stop()
+
+
+async def test_deadline_while_queued_counts_as_cancelled() -> None:
+    busy = Doubler(delay=0.3)
+    scheduler, stats = make([busy], max_batch=1)
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.05)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(scheduler.submit(request(2)), timeout=0.05)
+    await running
+    await asyncio.sleep(0.05)
+    assert busy.batches == [1] and stats.cancelled == 1
+    await scheduler.stop()
+
+
+async def test_queue_full_is_resource_exhausted() -> None:
+    busy = Doubler(delay=0.2)
+    cfg = config(max_batch=1)
+    cfg.dynamic_batching.default_queue_policy.max_queue_size = 1
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.02)
+    waiting = asyncio.create_task(scheduler.submit(request(2)))
+    await asyncio.sleep(0.01)
+    with pytest.raises(ResourceExhausted, match="Exceeds maximum queue size"):
+        await scheduler.submit(request(3))
+    await asyncio.gather(running, waiting)
+    await scheduler.stop()
+
+
+async def test_timeout_reject_fails_the_queued_request() -> None:
+    busy = Doubler(delay=0.3)
+    cfg = config(max_batch=1)
+    cfg.dynamic_batching.default_queue_policy.default_timeout_microseconds = 50_000
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.02)
+    with pytest.raises(Unavailable, match="Request timeout expired"):
+        await scheduler.submit(request(2))
+    await running
+    assert busy.batches == [1]
+    await scheduler.stop()
+
+
+async def test_timeout_delay_still_executes_the_request() -> None:
+    busy = Doubler(delay=0.2)
+    cfg = config(max_batch=1)
+    policy = cfg.dynamic_batching.default_queue_policy
+    policy.default_timeout_microseconds = 10_000
+    policy.timeout_action = mc.ModelQueuePolicy.DELAY
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    results = await asyncio.gather(scheduler.submit(request(1)), scheduler.submit(request(2)))
+    assert [float(r.outputs["Y"][0, 0]) for r in results] == [2.0, 4.0]
+    await scheduler.stop()
+
+
+async def test_execution_failure_reaches_every_caller_in_the_batch() -> None:
+    broken = Doubler()
+    broken.fail = True
+    scheduler, stats = make([broken], delay_count=2)
+    results = await asyncio.gather(
+        scheduler.submit(request(1)), scheduler.submit(request(2)), return_exceptions=True
+    )
+    assert all(isinstance(r, Internal) and "boom" in r.message for r in results)
+    assert stats.execution_count == 0
+    await scheduler.stop()
+
+
+async def test_priority_one_jumps_the_queue() -> None:
+    busy = Doubler(delay=0.1)
+    cfg = config(max_batch=1, priority_levels=2, default_priority_level=2)
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    order: list[float] = []
+
+    async def call(value: float, priority: int) -> None:
+        job = request(value)
+        job.priority = priority
+        await scheduler.submit(job)
+        order.append(value)
+
+    first = asyncio.create_task(call(0, 2))
+    await asyncio.sleep(0.02)
+    await asyncio.gather(first, call(1, 2), call(2, 2), call(3, 1))
+    assert order == [0, 3, 1, 2]
+    await scheduler.stop()
+
+
+async def test_event_loop_keeps_running_during_execution() -> None:
+    scheduler, _ = make([Doubler(delay=0.2)], max_batch=1)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick_task = asyncio.create_task(ticker())
+    await scheduler.submit(request(1))
+    tick_task.cancel()
+    assert ticks >= 10
+    await scheduler.stop()
+
+
+async def test_default_scheduler_runs_n_instances_in_parallel() -> None:
+    fakes = [Doubler(f"f_{i}", delay=0.2) for i in range(3)]
+    stats = ModelStats()
+    scheduler = DefaultScheduler(InstancePool([InstanceWorker(f) for f in fakes]), stats)
+    start = time.monotonic()
+    await asyncio.gather(*(scheduler.submit(request(i)) for i in range(3)))
+    parallel = time.monotonic() - start
+    assert all(f.batches == [1] for f in fakes)
+    assert parallel < 0.35  # three 0.2 s executions overlapped
+    # Request N+1 waits for the first free instance.
+    start = time.monotonic()
+    await asyncio.gather(*(scheduler.submit(request(i)) for i in range(4)))
+    assert time.monotonic() - start >= 0.38
+    assert (stats.execution_count, stats.inference_count) == (7, 7)
+    await scheduler.stop()
+
+
+async def test_default_scheduler_counts_requests_cancelled_while_waiting() -> None:
+    busy = Doubler(delay=0.2)
+    stats = ModelStats()
+    scheduler = DefaultScheduler(InstancePool([InstanceWorker(busy)]), stats)
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.02)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(scheduler.submit(request(2)), timeout=0.05)
+    await running
+    assert busy.batches == [1] and stats.cancelled == 1
+    await scheduler.stop()
