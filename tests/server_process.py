@@ -39,6 +39,7 @@ class ServerProcess:
         self.port = 0
         self.lines: list[str] = []
         self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
         self._ready = threading.Event()
 
     @property
@@ -64,7 +65,8 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self._proc.poll() is not None:
@@ -90,15 +92,25 @@ class ServerProcess:
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGTERM)
         try:
-            return self._proc.wait(timeout)
+            code = self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        self._close_pipe()
+        return code
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        """Read the log to its end, then close the pipe (no ResourceWarning at exit)."""
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._proc is not None and self._proc.stderr is not None:
+            self._proc.stderr.close()
 
     def __enter__(self) -> ServerProcess:
         return self.start()
