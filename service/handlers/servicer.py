@@ -134,7 +134,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ),
         )
 
-    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.    @grpc_errors
+    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.
+    @grpc_errors
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:

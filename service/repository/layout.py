@@ -36,7 +36,7 @@ class ModelDirectory:
 def _numeric_versions(model_path: Path) -> tuple[int, ...]:
     versions = []
     for child in model_path.iterdir():
-        if child.is_dir() and child.name.isdigit():
+        if child.is_dir() and child.name.isascii() and child.name.isdigit():
             versions.append(int(child.name))
     return tuple(sorted(versions))
 

@@ -119,7 +119,9 @@ def test_deserialize_malformed_raises_value_error(buffer: bytes, count: int, mes
 # --------------------------------------------------------------------------- name mapping
 
 
-@pytest.mark.parametrize("config_name", [n for n in mc.DataType.keys() if n != "TYPE_INVALID"])
+@pytest.mark.parametrize(
+    "config_name", [n for n in mc.DataType.DESCRIPTOR.values_by_name if n != "TYPE_INVALID"]
+)
 def test_every_config_type_maps_to_a_known_datatype_and_back(config_name: str) -> None:
     v2 = datatypes.datatype_from_config(config_name)
     assert v2 in datatypes.DATATYPES
@@ -129,7 +131,7 @@ def test_every_config_type_maps_to_a_known_datatype_and_back(config_name: str) -
 @pytest.mark.parametrize("v2", ALL_V2)
 def test_every_datatype_maps_to_a_config_type_and_back(v2: str) -> None:
     config_name = datatypes.config_type_for(v2)
-    assert config_name in mc.DataType.keys()
+    assert config_name in mc.DataType.DESCRIPTOR.values_by_name
     assert datatypes.datatype_from_config(config_name) == v2
 
 

@@ -83,7 +83,7 @@ async def test_64_requests_become_one_execution_and_each_gets_its_own_rows() -> 
 
 async def test_requests_wait_for_the_queue_delay_to_form_a_batch() -> None:
     fake = Doubler()
-    scheduler, stats = make([fake], max_queue_delay_microseconds=200_000)
+    scheduler, _ = make([fake], max_queue_delay_microseconds=200_000)
     first = asyncio.create_task(scheduler.submit(request(1)))
     await asyncio.sleep(0.05)
     second = asyncio.create_task(scheduler.submit(request(2)))

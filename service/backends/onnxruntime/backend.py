@@ -74,11 +74,10 @@ class OnnxRuntimeBackend:
                 f"model file '{model_file.name}' not found in version {version_path.name}"
             )
         choice = choose_providers(config, spec, ort.get_available_providers())
+        options = _session_options(config, spec)
         try:
             session = ort.InferenceSession(
-                str(model_file),
-                sess_options=_session_options(config, spec),
-                providers=choice.providers,
+                str(model_file), sess_options=options, providers=choice.providers
             )
         except Exception as exc:  # ORT raises its own exception types for bad files
             raise ValueError(f"onnxruntime failed to load '{model_file.name}': {exc}") from exc

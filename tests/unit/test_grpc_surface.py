@@ -1,0 +1,235 @@
+"""The real server's gRPC surface: reflection (grpcurl list/describe), health, UNIMPLEMENTED."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf import descriptor
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+from server_process import ServerProcess
+
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+
+SERVICE = "inference.GRPCInferenceService"
+
+RPCS = [
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelInfer",
+    "ModelStreamInfer",
+    "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
+    "TraceSetting",
+    "LogSettings",
+]
+
+UNIMPLEMENTED = {
+    "RepositoryIndex": "model_repository",
+    "RepositoryModelLoad": "model_repository",
+    "RepositoryModelUnload": "model_repository",
+    "SystemSharedMemoryStatus": "system_shared_memory",
+    "SystemSharedMemoryRegister": "system_shared_memory",
+    "SystemSharedMemoryUnregister": "system_shared_memory",
+    "CudaSharedMemoryStatus": "cuda_shared_memory",
+    "CudaSharedMemoryRegister": "cuda_shared_memory",
+    "CudaSharedMemoryUnregister": "cuda_shared_memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+
+
+# Stopped servers stay referenced until exit: older ServerProcess versions left the stderr pipe
+# open, and collecting it mid-session is a ResourceWarning, an error under filterwarnings.
+_STOPPED: list[ServerProcess] = []
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    proc = ServerProcess().start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        _STOPPED.append(proc)
+
+
+@pytest.fixture(scope="module")
+def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(server.url) as chan:
+        grpc.channel_ready_future(chan).result(timeout=10)
+        yield chan
+
+
+@pytest.fixture(scope="module")
+def reflected(channel: grpc.Channel) -> tuple[ProtoReflectionDescriptorDatabase, DescriptorPool]:
+    db = ProtoReflectionDescriptorDatabase(channel)
+    # A fresh pool: the generated `inference` modules already own these names in the default one.
+    return db, DescriptorPool(db)
+
+
+# --------------------------------------------------------------------------- reflection
+
+
+def test_list_services(reflected: tuple[ProtoReflectionDescriptorDatabase, DescriptorPool]) -> None:
+    db, _ = reflected
+    services = set(db.get_services())
+    assert {
+        SERVICE,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= services
+
+
+def test_describe_inference_service(
+    reflected: tuple[ProtoReflectionDescriptorDatabase, DescriptorPool],
+) -> None:
+    _, pool = reflected
+    service = pool.FindServiceByName(SERVICE)
+    assert service.full_name == SERVICE
+    assert [m.name for m in service.methods] == RPCS
+    assert len(service.methods) == 20
+    ours = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    for method in service.methods:
+        expected = ours.methods_by_name[method.name]
+        assert method.input_type.full_name == expected.input_type.full_name
+        assert method.output_type.full_name == expected.output_type.full_name
+        assert method.client_streaming == expected.client_streaming
+        assert method.server_streaming == expected.server_streaming
+    stream = service.methods_by_name["ModelStreamInfer"]
+    assert stream.client_streaming and stream.server_streaming
+    assert stream.input_type.full_name == "inference.ModelInferRequest"
+    assert stream.output_type.full_name == "inference.ModelStreamInferResponse"
+    infer = service.methods_by_name["ModelInfer"]
+    assert not infer.client_streaming and not infer.server_streaming
+    assert infer.output_type.full_name == "inference.ModelInferResponse"
+
+
+def test_describe_model_infer_request(
+    reflected: tuple[ProtoReflectionDescriptorDatabase, DescriptorPool],
+) -> None:
+    _, pool = reflected
+    message = pool.FindMessageTypeByName("inference.ModelInferRequest")
+    fields = {f.name: f for f in message.fields}
+    assert [(f.name, f.number) for f in message.fields] == [
+        ("model_name", 1),
+        ("model_version", 2),
+        ("id", 3),
+        ("parameters", 4),
+        ("inputs", 5),
+        ("outputs", 6),
+        ("raw_input_contents", 7),
+    ]
+    assert fields["model_name"].type == descriptor.FieldDescriptor.TYPE_STRING
+    assert fields["raw_input_contents"].type == descriptor.FieldDescriptor.TYPE_BYTES
+    assert fields["raw_input_contents"].is_repeated
+    assert fields["inputs"].message_type is not None
+    assert fields["parameters"].message_type is not None
+    assert fields["inputs"].message_type.full_name == (
+        "inference.ModelInferRequest.InferInputTensor"
+    )
+    assert fields["parameters"].message_type.GetOptions().map_entry
+    tensor = fields["inputs"].message_type
+    assert [f.name for f in tensor.fields] == [
+        "name",
+        "datatype",
+        "shape",
+        "parameters",
+        "contents",
+    ]
+    contents = tensor.fields_by_name["contents"].message_type
+    assert contents is not None
+    assert contents.full_name == ("inference.InferTensorContents")
+
+
+def test_reflection_file_matches_generated_descriptor(
+    reflected: tuple[ProtoReflectionDescriptorDatabase, DescriptorPool],
+) -> None:
+    _, pool = reflected
+    served = pool.FindFileContainingSymbol(SERVICE)
+    assert served.name == pb.DESCRIPTOR.name
+    assert served.package == "inference"
+    assert sorted(served.message_types_by_name) == sorted(pb.DESCRIPTOR.message_types_by_name)
+
+
+# --------------------------------------------------------------------------- health
+
+
+@pytest.mark.parametrize("service", ["", SERVICE])
+def test_health_check_serving(channel: grpc.Channel, service: str) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_check_unknown_service(channel: grpc.Channel) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# --------------------------------------------------------------------------- unimplemented RPCs
+
+
+@pytest.mark.parametrize(("rpc", "extension"), sorted(UNIMPLEMENTED.items()))
+def test_unimplemented_rpc(channel: grpc.Channel, rpc: str, extension: str) -> None:
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    request = getattr(pb, f"{rpc}Request")()
+    with pytest.raises(grpc.RpcError) as info:
+        getattr(stub, rpc)(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert info.value.details() == (
+        f"{rpc} is not implemented by this server yet ({extension} extension)"
+    )
+
+
+def test_model_statistics_lists_every_loaded_model(channel: grpc.Channel) -> None:
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    response = stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=5)
+    assert sorted((s.name, s.version) for s in response.model_stats) == [
+        ("add_sub", "1"),
+        ("iris_classifier", "1"),
+        ("text_upper", "1"),
+    ]
+
+
+def test_model_statistics_unknown_model_is_not_found(channel: grpc.Channel) -> None:
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelStatistics(pb.ModelStatisticsRequest(name="no_such_model"), timeout=5)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert info.value.details() == "Request for unknown model: 'no_such_model' is not found"
+
+
+def test_implemented_rpc_still_works(channel: grpc.Channel) -> None:
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    assert stub.ServerLive(pb.ServerLiveRequest(), timeout=5).live
+    assert stub.ServerReady(pb.ServerReadyRequest(), timeout=5).ready
+
+
+# --------------------------------------------------------------------------- shutdown (last)
+
+
+def test_stop_exits_zero(server: ServerProcess, channel: grpc.Channel) -> None:
+    code = server.stop()
+    assert code == 0, f"server exited with {code}:\n{server.log}"
+    assert "server stopped" in server.log

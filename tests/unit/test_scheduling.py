@@ -1,0 +1,483 @@
+"""InstancePool / DefaultScheduler with fake instances; instance_specs; choose_providers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from inference import model_config_pb2 as mc
+from service.backends.base import InstanceSpec
+from service.backends.onnxruntime.providers import (
+    CPU,
+    CUDA,
+    OPENVINO,
+    TENSORRT,
+    choose_providers,
+)
+from service.core.loader import instance_specs
+from service.errors import Internal
+from service.repository.completion import ModelSignature
+from service.scheduling.base import Job
+from service.scheduling.default import DefaultScheduler
+from service.scheduling.instances import InstancePool, InstanceWorker
+from service.statistics import ModelStats
+
+# --------------------------------------------------------------------------- fakes
+
+
+@dataclass
+class Execution:
+    job: str
+    instance: str
+    thread: str
+    start: float
+    end: float
+
+
+class FakeInstance:
+    """Blocking ``execute`` that sleeps ``inputs['delay']`` seconds and records itself."""
+
+    def __init__(self, name: str, log: list[Execution]) -> None:
+        self.spec = InstanceSpec(name=name, kind="KIND_CPU", device_id=0, threads=1)
+        self.log = log
+        self.closed = False
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        start = time.monotonic()
+        try:
+            time.sleep(float(inputs["delay"]))
+            if inputs.get("fail"):
+                raise Internal(f"job {inputs['job']} failed")
+        finally:
+            end = time.monotonic()
+            with self._lock:
+                self.active -= 1
+            self.log.append(
+                Execution(
+                    str(inputs["job"]),
+                    self.spec.name,
+                    threading.current_thread().name,
+                    start,
+                    end,
+                )
+            )
+        return {name: np.array(inputs["job"]) for name in outputs}
+
+    def signature(self) -> ModelSignature:
+        return ModelSignature(inputs=[], outputs=[])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Setup:
+    pool: InstancePool
+    scheduler: DefaultScheduler
+    stats: ModelStats
+    instances: list[FakeInstance]
+    log: list[Execution]
+
+    def runs(self) -> dict[str, Execution]:
+        return {e.job: e for e in self.log}
+
+
+def make_setup(n: int) -> Setup:
+    log: list[Execution] = []
+    instances = [FakeInstance(f"inst{i}", log) for i in range(n)]
+    pool = InstancePool([InstanceWorker(i) for i in instances])
+    stats = ModelStats()
+    return Setup(pool, DefaultScheduler(pool, stats), stats, instances, log)
+
+
+def job(name: str, delay: float, outputs: Sequence[str] = (), **extra: Any) -> Job:
+    return Job({"job": name, "delay": delay, **extra}, list(outputs), 0)  # type: ignore[dict-item]
+
+
+# ------------------------------------------------------------------------ pool + default scheduler
+
+
+async def test_n_instances_run_n_executions_in_parallel() -> None:
+    s = make_setup(3)
+    try:
+        start = time.monotonic()
+        results = await asyncio.gather(
+            *(s.scheduler.submit(job(str(i), 0.3, ["OUT"])) for i in range(3))
+        )
+        wall = time.monotonic() - start
+    finally:
+        s.pool.close()
+    assert [r.outputs["OUT"].item() for r in results] == ["0", "1", "2"]
+    assert wall < 0.55, f"3 executions of 0.3 s on 3 instances took {wall:.2f} s"
+    assert sorted(e.instance for e in s.log) == ["inst0", "inst1", "inst2"]
+    assert len({e.thread for e in s.log}) == 3
+    # every interval overlaps every other one
+    assert max(e.start for e in s.log) < min(e.end for e in s.log)
+    assert all(i.max_active == 1 for i in s.instances)
+    assert s.stats.execution_count == 3
+
+
+async def test_request_n_plus_1_waits_for_first_free_instance() -> None:
+    s = make_setup(2)
+    try:
+        first = asyncio.ensure_future(s.scheduler.submit(job("short", 0.15)))
+        second = asyncio.ensure_future(s.scheduler.submit(job("long", 0.6)))
+        await asyncio.sleep(0.02)  # both are executing now
+        third = asyncio.ensure_future(s.scheduler.submit(job("third", 0.1)))
+        await asyncio.sleep(0.05)
+        assert s.scheduler.inflight == 3
+        results = await asyncio.gather(first, second, third)
+    finally:
+        s.pool.close()
+    runs = s.runs()
+    assert runs["third"].instance == runs["short"].instance
+    assert runs["third"].start >= runs["short"].end
+    assert runs["third"].end < runs["long"].end  # did not wait for the busy instance
+    assert s.scheduler.inflight == 0
+    # the third request queued for about the first one's remaining time
+    assert results[2].queue_ns >= 0.05e9
+    assert results[0].queue_ns < 0.05e9
+
+
+async def test_waiting_requests_are_served_in_fifo_order() -> None:
+    s = make_setup(1)
+    try:
+        tasks = []
+        for i in range(5):
+            tasks.append(asyncio.ensure_future(s.scheduler.submit(job(str(i), 0.03))))
+            await asyncio.sleep(0)  # each task reaches the queue before the next is created
+        await asyncio.gather(*tasks)
+    finally:
+        s.pool.close()
+    assert [e.job for e in s.log] == ["0", "1", "2", "3", "4"]
+    assert all(a.end <= b.start for a, b in zip(s.log, s.log[1:], strict=False))
+
+
+async def test_cancelled_caller_does_not_free_instance_early() -> None:
+    s = make_setup(2)
+    try:
+        doomed = asyncio.ensure_future(s.scheduler.submit(job("cancelled", 0.6)))
+        await asyncio.sleep(0.02)
+        busy = asyncio.ensure_future(s.scheduler.submit(job("busy", 0.3)))
+        await asyncio.sleep(0.05)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        # The cancelled job's thread is still running: the next job must wait for the
+        # instance that frees first ("busy"), not be handed the cancelled job's instance.
+        await s.scheduler.submit(job("next", 0.05))
+        await busy
+        # and once the cancelled execution has returned, its instance is usable again
+        await asyncio.sleep(0.65)
+        await asyncio.gather(s.scheduler.submit(job("a", 0.05)), s.scheduler.submit(job("b", 0.05)))
+    finally:
+        s.pool.close()
+    runs = s.runs()
+    assert runs["next"].instance == runs["busy"].instance
+    assert runs["next"].instance != runs["cancelled"].instance
+    assert runs["next"].start < runs["cancelled"].end
+    for e in s.log:  # no execution overlapped the cancelled one on its instance
+        if e.instance == runs["cancelled"].instance and e.job != "cancelled":
+            assert e.start >= runs["cancelled"].end
+    assert {runs["a"].instance, runs["b"].instance} == {"inst0", "inst1"}
+    assert all(i.max_active == 1 for i in s.instances)
+
+
+async def test_cancelled_while_queued_never_executes() -> None:
+    s = make_setup(1)
+    try:
+        running = asyncio.ensure_future(s.scheduler.submit(job("running", 0.2)))
+        await asyncio.sleep(0.02)
+        queued = asyncio.ensure_future(s.scheduler.submit(job("queued", 0.01)))
+        await asyncio.sleep(0.02)
+        queued.cancel()
+        await asyncio.gather(queued, return_exceptions=True)
+        await running
+        await s.scheduler.submit(job("after", 0.01))
+    finally:
+        s.pool.close()
+    assert [e.job for e in s.log] == ["running", "after"]
+    assert s.stats.cancelled == 1
+    assert s.scheduler.inflight == 0
+
+
+async def test_event_loop_keeps_running_during_execute() -> None:
+    s = make_setup(1)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick_task = asyncio.create_task(ticker())
+    try:
+        await s.scheduler.submit(job("slow", 0.3))
+    finally:
+        tick_task.cancel()
+        s.pool.close()
+    assert ticks >= 10, f"event loop ticked only {ticks} times during a 0.3 s execute"
+
+
+async def test_execute_error_propagates_and_instance_returns() -> None:
+    s = make_setup(1)
+    try:
+        with pytest.raises(Internal, match="job bad failed"):
+            await s.scheduler.submit(job("bad", 0.01, fail=True))
+        result = await asyncio.wait_for(s.scheduler.submit(job("good", 0.01, ["Y"])), 2)
+    finally:
+        s.pool.close()
+    assert result.outputs["Y"].item() == "good"
+    assert [e.job for e in s.log] == ["bad", "good"]
+    assert s.stats.execution_count == 1  # only the successful execution is recorded
+
+
+async def test_executions_run_on_the_instance_named_thread() -> None:
+    s = make_setup(1)
+    try:
+        await s.scheduler.submit(job("x", 0.0))
+    finally:
+        s.pool.close()
+    assert s.log[0].thread.startswith("inst0")
+    assert s.log[0].thread != threading.current_thread().name
+
+
+async def test_pool_hands_out_workers_fifo_and_launch_releases_when_done() -> None:
+    s = make_setup(2)
+    released: list[int] = []
+    s.pool.on_release(lambda: released.append(1))
+    try:
+        w0 = await s.pool.acquire()
+        w1 = s.pool.try_acquire()
+        assert w1 is not None
+        assert [w0.instance, w1.instance] == s.instances
+        assert not s.pool.has_free
+        assert s.pool.try_acquire() is None
+        waiter = asyncio.ensure_future(s.pool.acquire())
+        task = s.pool.launch(w0, [job("x", 0.1, ["O"])])
+        await asyncio.sleep(0.03)
+        assert not waiter.done()  # w0 is still executing
+        outputs, timings = await task
+        assert outputs == [{"O": np.array("x")}]
+        assert timings.start <= timings.input_end <= timings.infer_end <= timings.end
+        assert (await asyncio.wait_for(waiter, 1)) is w0
+        assert released == [1]
+        s.pool.release(w1)
+        assert s.pool.has_free
+    finally:
+        s.pool.close()
+
+
+async def test_default_scheduler_counts_inflight_and_stops() -> None:
+    s = make_setup(1)
+    assert s.scheduler.inflight == 0
+    tasks = [asyncio.ensure_future(s.scheduler.submit(job(str(i), 0.1, ["O"]))) for i in range(3)]
+    await asyncio.sleep(0.02)
+    assert s.scheduler.inflight == 3  # one executing, two queued
+    results = await asyncio.gather(*tasks)
+    assert [r.outputs["O"].item() for r in results] == ["0", "1", "2"]
+    assert s.scheduler.inflight == 0
+    await s.scheduler.stop()
+    assert s.instances[0].closed
+
+
+# --------------------------------------------------------------------------- instance_specs
+
+
+def _config(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def test_instance_specs_defaults_filled_into_config() -> None:
+    config = _config('name: "m"')
+    specs = instance_specs(config, cpu_count=8)
+    assert specs == [InstanceSpec(name="m_0_0", kind="KIND_CPU", device_id=0, threads=8)]
+    (group,) = config.instance_group
+    assert group.name == "m_0"
+    assert group.count == 1
+    assert group.kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_instance_specs_auto_kind_and_zero_count() -> None:
+    config = _config('name: "m" instance_group [{ count: 0 kind: KIND_AUTO }]')
+    specs = instance_specs(config, cpu_count=4)
+    assert [s.kind for s in specs] == ["KIND_CPU"]
+    assert config.instance_group[0].count == 1
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_instance_specs_thread_budget_split_across_all_instances() -> None:
+    config = _config(
+        'name: "m" instance_group [{ count: 2 kind: KIND_CPU }, '
+        '{ name: "extra" count: 1 kind: KIND_CPU }]'
+    )
+    specs = instance_specs(config, cpu_count=8)
+    assert [s.name for s in specs] == ["m_0_0", "m_0_1", "extra_0"]
+    assert [s.threads for s in specs] == [2, 2, 2]  # 8 // 3
+    assert config.instance_group[1].name == "extra"
+
+
+def test_instance_specs_thread_budget_at_least_one() -> None:
+    config = _config('name: "m" instance_group [{ count: 5 kind: KIND_CPU }]')
+    assert {s.threads for s in instance_specs(config, cpu_count=2)} == {1}
+
+
+def test_instance_specs_default_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("service.core.loader.os.cpu_count", lambda: 12)
+    config = _config('name: "m" instance_group [{ count: 4 }]')
+    assert {s.threads for s in instance_specs(config)} == {3}
+
+
+def test_instance_specs_gpus_round_robin() -> None:
+    config = _config(
+        'name: "m" instance_group [{ count: 5 kind: KIND_GPU gpus: [0, 2] }, '
+        "{ count: 2 kind: KIND_GPU }]"
+    )
+    specs = instance_specs(config, cpu_count=7)
+    assert [(s.name, s.kind, s.device_id) for s in specs] == [
+        ("m_0_0", "KIND_GPU", 0),
+        ("m_0_1", "KIND_GPU", 2),
+        ("m_0_2", "KIND_GPU", 0),
+        ("m_0_3", "KIND_GPU", 2),
+        ("m_0_4", "KIND_GPU", 0),
+        ("m_1_0", "KIND_GPU", 0),
+        ("m_1_1", "KIND_GPU", 0),
+    ]
+    assert {s.threads for s in specs} == {1}
+
+
+# --------------------------------------------------------------------------- choose_providers
+
+
+def _spec(kind: str = "KIND_CPU", device_id: int = 0) -> InstanceSpec:
+    return InstanceSpec(name="m_0_0", kind=kind, device_id=device_id, threads=1)
+
+
+def test_providers_cpu_only() -> None:
+    choice = choose_providers(_config('name: "m"'), _spec(), [CPU])
+    assert choice.providers == [(CPU, {})]
+    assert choice.names == [CPU]
+    assert choice.dropped == []
+
+
+def test_providers_cpu_kind_ignores_cuda() -> None:
+    choice = choose_providers(_config('name: "m"'), _spec(), [TENSORRT, CUDA, CPU])
+    assert choice.names == [CPU]
+    assert choice.dropped == []
+
+
+def test_providers_gpu_with_cuda() -> None:
+    choice = choose_providers(_config('name: "m"'), _spec("KIND_GPU", 1), [CUDA, CPU])
+    assert choice.providers == [(CUDA, {"device_id": 1}), (CPU, {})]
+    assert choice.dropped == []
+
+
+def test_providers_gpu_without_cuda_falls_back_to_cpu(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        choice = choose_providers(_config('name: "m"'), _spec("KIND_GPU"), [CPU])
+    assert choice.providers == [(CPU, {})]
+    assert choice.dropped == [CUDA]
+    assert CUDA in caplog.text and "not available" in caplog.text
+
+
+def test_providers_auto_kind_follows_cuda_availability() -> None:
+    config = _config('name: "m"')
+    assert choose_providers(config, _spec("KIND_AUTO"), [CUDA, CPU]).names == [CUDA, CPU]
+    auto_cpu = choose_providers(config, _spec("KIND_AUTO"), [CPU])
+    assert (auto_cpu.names, auto_cpu.dropped) == ([CPU], [])
+
+
+_TRT_CONFIG = """
+name: "m"
+optimization { execution_accelerators { gpu_execution_accelerator [{
+  name: "tensorrt"
+  parameters { key: "precision_mode" value: "FP16" }
+  parameters { key: "max_workspace_size_bytes" value: "1073741824" }
+  parameters { key: "trt_engine_cache_enable" value: "true" }
+  parameters { key: "trt_engine_cache_path" value: "/tmp/trt_cache" }
+  parameters { key: "something_else" value: "ignored" }
+}] } }
+"""
+
+
+def test_providers_tensorrt_first_with_options() -> None:
+    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU", 3), [TENSORRT, CUDA, CPU])
+    assert choice.names == [TENSORRT, CUDA, CPU]
+    assert choice.providers[0][1] == {
+        "device_id": 3,
+        "trt_fp16_enable": True,
+        "trt_int8_enable": False,
+        "trt_max_workspace_size": "1073741824",
+        "trt_engine_cache_enable": "true",
+        "trt_engine_cache_path": "/tmp/trt_cache",
+    }
+    assert choice.providers[1] == (CUDA, {"device_id": 3})
+    assert choice.dropped == []
+
+
+def test_providers_tensorrt_int8() -> None:
+    config = _config(_TRT_CONFIG.replace('value: "FP16"', 'value: "int8"'))
+    options = choose_providers(config, _spec("KIND_GPU"), [TENSORRT, CUDA, CPU]).providers[0][1]
+    assert (options["trt_fp16_enable"], options["trt_int8_enable"]) == (False, True)
+
+
+def test_providers_tensorrt_missing_is_dropped() -> None:
+    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU"), [CUDA, CPU])
+    assert choice.names == [CUDA, CPU]
+    assert choice.dropped == [TENSORRT]
+    nothing = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU"), [CPU])
+    assert nothing.names == [CPU]
+    assert nothing.dropped == [TENSORRT, CUDA]
+
+
+def test_providers_tensorrt_ignored_on_cpu_instances() -> None:
+    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_CPU"), [TENSORRT, CUDA, CPU])
+    assert choice.names == [CPU]
+    assert choice.dropped == []
+
+
+_OPENVINO_CONFIG = """
+name: "m"
+optimization { execution_accelerators { cpu_execution_accelerator [{ name: "openvino" }] } }
+"""
+
+
+def test_providers_openvino() -> None:
+    choice = choose_providers(_config(_OPENVINO_CONFIG), _spec(), [OPENVINO, CPU])
+    assert choice.providers == [(OPENVINO, {}), (CPU, {})]
+    missing = choose_providers(_config(_OPENVINO_CONFIG), _spec(), [CPU])
+    assert (missing.names, missing.dropped) == ([CPU], [OPENVINO])
+
+
+def test_providers_openvino_with_gpu() -> None:
+    choice = choose_providers(_config(_OPENVINO_CONFIG), _spec("KIND_GPU"), [CUDA, OPENVINO, CPU])
+    assert choice.names == [CUDA, OPENVINO, CPU]
+
+
+def test_providers_unknown_accelerators_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    config = _config(
+        'name: "m" optimization { execution_accelerators { '
+        'gpu_execution_accelerator [{ name: "gpu_io" }] '
+        'cpu_execution_accelerator [{ name: "mkldnn" }] } }'
+    )
+    with caplog.at_level(logging.WARNING):
+        choice = choose_providers(config, _spec("KIND_GPU"), [CUDA, CPU])
+    assert choice.names == [CUDA, CPU]
+    assert choice.dropped == []
+    assert "gpu_io" in caplog.text and "mkldnn" in caplog.text

@@ -1,0 +1,611 @@
+"""service.core.validation (prepare_job, build_outputs) and InferenceServer.infer's error prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from inference import model_config_pb2 as mc
+from service import datatypes
+from service.core.model import ModelState, ModelVersion, io_specs
+from service.core.server import InferenceServer
+from service.core.validation import build_outputs, prepare_job
+from service.errors import (
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ServerError,
+    Unavailable,
+)
+from service.scheduling.base import ExecutionResult, Job
+from service.statistics import BatchTimings
+from service.types import InferRequest, InputTensor, RequestedOutput
+
+BATCHED = """
+name: "batched"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [4] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [2, 2] reshape: { shape: [4] } },
+  { name: "OPT" data_type: TYPE_FP32 dims: [-1] optional: true }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [2, 2] reshape: { shape: [4] } },
+  { name: "LABEL" data_type: TYPE_INT64 dims: [1] reshape: { shape: [] } }
+]
+"""
+
+UNBATCHED = """
+name: "plain"
+max_batch_size: 0
+input [
+  { name: "TEXT" data_type: TYPE_STRING dims: [-1] },
+  { name: "X" data_type: TYPE_BF16 dims: [2, -1] }
+]
+output [
+  { name: "UPPER" data_type: TYPE_STRING dims: [-1] },
+  { name: "Y" data_type: TYPE_BF16 dims: [2, -1] },
+  { name: "S" data_type: TYPE_FP32 dims: [1] reshape: { shape: [] } }
+]
+"""
+
+
+def make_version(text: str, scheduler: Any = None) -> ModelVersion:
+    config = text_format.Parse(text, mc.ModelConfig())
+    return ModelVersion(
+        name=config.name,
+        version=1,
+        config=config,
+        state=ModelState.READY,
+        scheduler=scheduler,
+        inputs=io_specs(list(config.input)),
+        outputs=io_specs(list(config.output)),
+    )
+
+
+@pytest.fixture
+def batched() -> ModelVersion:
+    return make_version(BATCHED)
+
+
+@pytest.fixture
+def plain() -> ModelVersion:
+    return make_version(UNBATCHED)
+
+
+def fp32(name: str, values: Any, shape: Sequence[int] | None = None) -> InputTensor:
+    array = np.asarray(values, dtype=np.float32)
+    return InputTensor(
+        name, "FP32", tuple(shape if shape is not None else array.shape), raw=array.tobytes()
+    )
+
+
+def int32(name: str, values: Any, shape: Sequence[int] | None = None) -> InputTensor:
+    array = np.asarray(values, dtype=np.int32)
+    return InputTensor(
+        name, "INT32", tuple(shape if shape is not None else array.shape), raw=array.tobytes()
+    )
+
+
+def good_inputs(batch: int = 2) -> list[InputTensor]:
+    return [
+        fp32("INPUT0", np.arange(batch * 4).reshape(batch, 4)),
+        int32("INPUT1", np.arange(batch * 4).reshape(batch, 2, 2)),
+    ]
+
+
+def request(inputs: list[InputTensor], outputs: Sequence[str] = (), **kw: Any) -> InferRequest:
+    return InferRequest(
+        model_name=kw.pop("model_name", "batched"),
+        inputs=inputs,
+        outputs=[RequestedOutput(n) for n in outputs],
+        **kw,
+    )
+
+
+def error_of(model: ModelVersion, req: InferRequest) -> str:
+    with pytest.raises(InvalidArgument) as info:
+        prepare_job(model, req)
+    return info.value.message
+
+
+def base_object(array: np.ndarray) -> object:
+    base: object = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+# --------------------------------------------------------------------------- success paths
+
+
+def test_raw_inputs_become_views_of_the_request_bytes(batched: ModelVersion) -> None:
+    inputs = good_inputs(batch=3)
+    job = prepare_job(batched, request(inputs, id="r1"))
+    assert job.batch_size == 3
+    assert job.request_id == "r1"
+    assert list(job.inputs) == ["INPUT0", "INPUT1"]
+    x0 = job.inputs["INPUT0"]
+    assert x0.dtype == np.float32
+    assert x0.shape == (3, 4)
+    np.testing.assert_array_equal(x0, np.arange(12, dtype=np.float32).reshape(3, 4))
+    # no copy: the array is a read-only view whose memory is the protobuf's bytes object
+    raw = inputs[0].raw
+    assert raw is not None
+    assert base_object(x0) is raw
+    assert not x0.flags.writeable
+    assert np.shares_memory(x0, np.frombuffer(raw, dtype=np.uint8))
+
+
+def test_reshape_is_applied_to_inputs(batched: ModelVersion) -> None:
+    inputs = good_inputs(batch=3)
+    job = prepare_job(batched, request(inputs))
+    x1 = job.inputs["INPUT1"]
+    assert x1.dtype == np.int32
+    assert x1.shape == (3, 4)  # config dims [2,2], model sees reshape [4]
+    np.testing.assert_array_equal(x1, np.arange(12, dtype=np.int32).reshape(3, 4))
+    assert base_object(x1) is inputs[1].raw
+
+
+def test_typed_contents_are_reshaped(batched: ModelVersion) -> None:
+    inputs = [
+        InputTensor("INPUT0", "FP32", (1, 4), contents=np.array([1, 2, 3, 4], np.float32)),
+        InputTensor("INPUT1", "INT32", (1, 2, 2), contents=np.array([5, 6, 7, 8], np.int32)),
+    ]
+    job = prepare_job(batched, request(inputs))
+    assert job.batch_size == 1
+    np.testing.assert_array_equal(job.inputs["INPUT0"], [[1, 2, 3, 4]])
+    assert job.inputs["INPUT0"].dtype == np.float32
+    np.testing.assert_array_equal(job.inputs["INPUT1"], [[5, 6, 7, 8]])
+
+
+def test_optional_input_may_be_omitted_or_given(batched: ModelVersion) -> None:
+    job = prepare_job(batched, request(good_inputs()))
+    assert "OPT" not in job.inputs
+    job = prepare_job(batched, request([*good_inputs(), fp32("OPT", [[1.0], [2.0]])]))
+    np.testing.assert_array_equal(job.inputs["OPT"], [[1.0], [2.0]])
+
+
+def test_requested_outputs_default_to_all_in_config_order(batched: ModelVersion) -> None:
+    job = prepare_job(batched, request(good_inputs()))
+    assert job.outputs == ["OUTPUT0", "OUTPUT1", "LABEL"]
+
+
+def test_requested_outputs_keep_order_and_drop_duplicates(batched: ModelVersion) -> None:
+    job = prepare_job(batched, request(good_inputs(), ["LABEL", "OUTPUT0", "LABEL", "OUTPUT0"]))
+    assert job.outputs == ["LABEL", "OUTPUT0"]
+
+
+def test_unbatched_model_has_batch_size_zero(plain: ModelVersion) -> None:
+    raw_text = datatypes.serialize_bytes_tensor([b"a", b"\xff\x00", b""])
+    bits = np.array([[0x3F80, 0x4000, 0x4040], [0, 1, 2]], dtype=np.uint16)
+    inputs = [
+        InputTensor("TEXT", "BYTES", (3,), raw=raw_text),
+        InputTensor("X", "BF16", (2, 3), raw=bits.tobytes()),
+    ]
+    job = prepare_job(plain, request(inputs, model_name="plain"))
+    assert job.batch_size == 0
+    text = job.inputs["TEXT"]
+    assert text.dtype == np.object_
+    assert text.shape == (3,)
+    assert list(text) == [b"a", b"\xff\x00", b""]
+    x = job.inputs["X"]
+    assert x.dtype == np.uint16
+    np.testing.assert_array_equal(x, bits)
+
+
+def test_bytes_input_multidimensional_raw(batched: ModelVersion) -> None:
+    model = make_version(
+        'name: "b" max_batch_size: 4 input [{ name: "T" data_type: TYPE_STRING dims: [2] }] '
+        'output [{ name: "U" data_type: TYPE_STRING dims: [2] }]'
+    )
+    items = [b"one", b"two", b"three", b"four"]
+    inputs = [InputTensor("T", "BYTES", (2, 2), raw=datatypes.serialize_bytes_tensor(items))]
+    job = prepare_job(model, request(inputs, model_name="b"))
+    assert job.batch_size == 2
+    assert job.inputs["T"].shape == (2, 2)
+    assert job.inputs["T"].tolist() == [[b"one", b"two"], [b"three", b"four"]]
+
+
+def test_bytes_input_typed_contents(plain: ModelVersion) -> None:
+    contents = np.empty(2, dtype=np.object_)
+    contents[:] = [b"x", b"yz"]
+    inputs = [
+        InputTensor("TEXT", "BYTES", (2,), contents=contents),
+        InputTensor("X", "BF16", (2, 0), raw=b""),
+    ]
+    job = prepare_job(plain, request(inputs, model_name="plain"))
+    assert list(job.inputs["TEXT"]) == [b"x", b"yz"]
+    assert job.inputs["X"].shape == (2, 0)
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def test_unexpected_input(batched: ModelVersion) -> None:
+    assert error_of(batched, request([*good_inputs(), fp32("NOPE", [[1.0]])])) == (
+        "unexpected inference input 'NOPE' for model 'batched'"
+    )
+
+
+def test_duplicate_input(batched: ModelVersion) -> None:
+    inputs = [*good_inputs(), fp32("INPUT0", np.zeros((2, 4)))]
+    assert error_of(batched, request(inputs)) == (
+        "input 'INPUT0' appears more than once in the request for model 'batched'"
+    )
+
+
+def test_missing_required_input(batched: ModelVersion) -> None:
+    assert error_of(batched, request([fp32("OPT", [[1.0]]), fp32("INPUT0", np.zeros((1, 4)))])) == (
+        "expected 2 inputs but got 2 inputs for model 'batched'. Got input(s) "
+        "['OPT', 'INPUT0'], but missing required input(s) ['INPUT1']. "
+        "Please provide all required input(s)."
+    )
+
+
+def test_missing_all_inputs(batched: ModelVersion) -> None:
+    assert error_of(batched, request([])) == (
+        "expected 2 inputs but got 0 inputs for model 'batched'. Got input(s) [], but missing "
+        "required input(s) ['INPUT0', 'INPUT1']. Please provide all required input(s)."
+    )
+
+
+def test_no_batch_dimension(batched: ModelVersion) -> None:
+    inputs = [InputTensor("INPUT0", "FP32", (), raw=b"\x00" * 4), good_inputs()[1]]
+    assert error_of(batched, request(inputs)) == (
+        "input 'INPUT0' for model 'batched' has no batch dimension, "
+        "but the model has max_batch_size 8"
+    )
+
+
+def test_batch_size_mismatch(batched: ModelVersion) -> None:
+    inputs = [good_inputs(batch=2)[0], good_inputs(batch=3)[1]]
+    assert error_of(batched, request(inputs)) == (
+        "input 'INPUT1' batch size 3 does not match other inputs' batch size 2 for model 'batched'"
+    )
+
+
+def test_batch_size_too_large(batched: ModelVersion) -> None:
+    assert error_of(batched, request(good_inputs(batch=9))) == (
+        "inference request batch-size must be <= 8 for 'batched'"
+    )
+
+
+def test_batch_size_zero(batched: ModelVersion) -> None:
+    assert error_of(batched, request(good_inputs(batch=0))) == (
+        "inference request batch-size must be >= 1 for 'batched'"
+    )
+
+
+def test_datatype_mismatch(batched: ModelVersion) -> None:
+    inputs = [good_inputs()[0], fp32("INPUT1", np.zeros((2, 2, 2)))]
+    assert error_of(batched, request(inputs)) == (
+        "inference input 'INPUT1' data-type is 'FP32', but model 'batched' expects 'INT32'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [((2, 5), "[2,5]"), ((2, 4, 1), "[2,4,1]"), ((2,), "[2]")],
+)
+def test_unexpected_shape(batched: ModelVersion, shape: tuple[int, ...], expected: str) -> None:
+    inputs = [InputTensor("INPUT0", "FP32", shape, raw=b""), good_inputs()[1]]
+    assert error_of(batched, request(inputs)) == (
+        f"unexpected shape for input 'INPUT0' for model 'batched'. Expected [-1,4], got {expected}"
+    )
+
+
+def test_unexpected_shape_reports_config_dims_not_reshape(batched: ModelVersion) -> None:
+    inputs = [good_inputs()[0], int32("INPUT1", np.zeros((2, 4)))]
+    assert error_of(batched, request(inputs)) == (
+        "unexpected shape for input 'INPUT1' for model 'batched'. Expected [-1,2,2], got [2,4]"
+    )
+
+
+def test_negative_dimension(plain: ModelVersion) -> None:
+    inputs = [
+        InputTensor("TEXT", "BYTES", (-2,), raw=b""),
+        InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
+    ]
+    assert error_of(plain, request(inputs, model_name="plain")) == (
+        "input 'TEXT' for model 'plain' has a negative dimension: [-2]"
+    )
+
+
+def test_input_shared_memory_region(batched: ModelVersion) -> None:
+    inputs = good_inputs()
+    inputs[0].parameters["shared_memory_region"] = "region0"
+    assert error_of(batched, request(inputs)) == ("Unable to find shared memory region: 'region0'")
+
+
+def test_raw_and_contents_together(batched: ModelVersion) -> None:
+    inputs = good_inputs()
+    inputs[0].contents = np.zeros(8, np.float32)
+    assert error_of(batched, request(inputs)) == (
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' "
+        "for model 'batched'"
+    )
+
+
+def test_raw_byte_size_mismatch(batched: ModelVersion) -> None:
+    inputs = [InputTensor("INPUT0", "FP32", (2, 4), raw=b"\x00" * 30), good_inputs()[1]]
+    assert error_of(batched, request(inputs)) == (
+        "input byte size mismatch for input 'INPUT0' for model 'batched'. Expected 32, got 30"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\x01\x00", "truncated length prefix"),
+        (b"\x09\x00\x00\x00abc", "element runs past the end of the buffer"),
+        (b"\x01\x00\x00\x00a", "holds 1 elements, expected 2"),
+    ],
+)
+def test_malformed_bytes_raw(plain: ModelVersion, raw: bytes, reason: str) -> None:
+    inputs = [
+        InputTensor("TEXT", "BYTES", (2,), raw=raw),
+        InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
+    ]
+    assert error_of(plain, request(inputs, model_name="plain")) == (
+        f"unexpected BYTES data for input 'TEXT' for model 'plain': {reason}"
+    )
+
+
+def test_bytes_contents_count_mismatch(plain: ModelVersion) -> None:
+    contents = np.empty(2, dtype=np.object_)
+    contents[:] = [b"a", b"b"]
+    inputs = [
+        InputTensor("TEXT", "BYTES", (3,), contents=contents),
+        InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
+    ]
+    assert error_of(plain, request(inputs, model_name="plain")) == (
+        "expected 3 string elements for inference input 'TEXT' for model 'plain', got 2"
+    )
+
+
+def test_typed_contents_count_mismatch(batched: ModelVersion) -> None:
+    inputs = [
+        InputTensor("INPUT0", "FP32", (2, 4), contents=np.zeros(7, np.float32)),
+        good_inputs()[1],
+    ]
+    assert error_of(batched, request(inputs)) == (
+        "input byte size mismatch for input 'INPUT0' for model 'batched'. Expected 32, got 28"
+    )
+
+
+def test_input_without_data(batched: ModelVersion) -> None:
+    inputs = [InputTensor("INPUT0", "FP32", (2, 4)), good_inputs()[1]]
+    assert error_of(batched, request(inputs)) == ("input 'INPUT0' for model 'batched' has no data")
+
+
+def test_unexpected_output(batched: ModelVersion) -> None:
+    assert error_of(batched, request(good_inputs(), ["OUTPUT0", "NOPE"])) == (
+        "unexpected inference output 'NOPE' for model 'batched'"
+    )
+
+
+def test_classification_output(batched: ModelVersion) -> None:
+    req = request(good_inputs())
+    req.outputs = [RequestedOutput("OUTPUT0", {"classification": 3})]
+    assert error_of(batched, req) == (
+        "output 'OUTPUT0' for model 'batched' asks for classification, "
+        "which this server does not provide"
+    )
+
+
+def test_output_shared_memory_region(batched: ModelVersion) -> None:
+    req = request(good_inputs())
+    req.outputs = [RequestedOutput("OUTPUT1", {"shared_memory_region": "out_region"})]
+    assert error_of(batched, req) == "Unable to find shared memory region: 'out_region'"
+
+
+def test_priority_and_timeout_parameters(batched: ModelVersion) -> None:
+    job = prepare_job(batched, request(good_inputs(), parameters={"priority": 2, "timeout": 500}))
+    assert (job.priority, job.timeout_us) == (2, 500)
+    job = prepare_job(batched, request(good_inputs()))
+    assert (job.priority, job.timeout_us) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("priority", -1, "-1"),
+        ("timeout", "5", "'5'"),
+        ("priority", True, "True"),
+        ("timeout", 1.5, "1.5"),
+    ],
+)
+def test_bad_priority_or_timeout_parameter(
+    batched: ModelVersion, key: str, value: object, shown: str
+) -> None:
+    assert error_of(batched, request(good_inputs(), parameters={key: value})) == (
+        f"parameter '{key}' for model 'batched' must be a non-negative integer, got {shown}"
+    )
+
+
+# --------------------------------------------------------------------------- build_outputs
+
+
+def test_build_outputs_undoes_reshape_and_follows_job_order(batched: ModelVersion) -> None:
+    job = Job(inputs={}, outputs=["OUTPUT1", "LABEL", "OUTPUT0"], batch_size=3)
+    results: dict[str, np.ndarray] = {
+        "OUTPUT0": np.ones((3, 4), np.float32),
+        "OUTPUT1": np.arange(12, dtype=np.int32).reshape(3, 4),
+        "LABEL": np.array([2, 0, 1], np.int64),
+        "IGNORED": np.zeros(1, np.float32),
+    }
+    outputs = build_outputs(batched, job, results)
+    assert [o.name for o in outputs] == ["OUTPUT1", "LABEL", "OUTPUT0"]
+    by_name = {o.name: o for o in outputs}
+    assert by_name["OUTPUT1"].datatype == "INT32"
+    assert by_name["OUTPUT1"].shape == (3, 2, 2)
+    np.testing.assert_array_equal(
+        by_name["OUTPUT1"].array, np.arange(12, dtype=np.int32).reshape(3, 2, 2)
+    )
+    assert by_name["LABEL"].datatype == "INT64"
+    assert by_name["LABEL"].shape == (3, 1)
+    np.testing.assert_array_equal(by_name["LABEL"].array, [[2], [0], [1]])
+    assert by_name["OUTPUT0"].shape == (3, 4)
+    assert by_name["OUTPUT0"].array is results["OUTPUT0"]  # no reshape, no copy
+
+
+def test_build_outputs_unbatched_bytes_bf16_and_scalar(plain: ModelVersion) -> None:
+    job = Job(inputs={}, outputs=["UPPER", "Y", "S"], batch_size=0)
+    results = {
+        "UPPER": np.array(["A", "BC"]),  # onnxruntime hands strings back as str
+        "Y": np.array([[0x3F80], [0x4000]], np.uint16),
+        "S": np.array(1.5, np.float32),
+    }
+    outputs = {o.name: o for o in build_outputs(plain, job, results)}
+    assert outputs["UPPER"].datatype == "BYTES"
+    assert outputs["UPPER"].shape == (2,)
+    assert outputs["Y"].datatype == "BF16"
+    assert outputs["Y"].array.dtype == np.uint16
+    assert outputs["S"].shape == (1,)  # reshape [] undone to config dims [1]
+    assert outputs["S"].array.tolist() == [1.5]
+
+
+def test_build_outputs_object_bytes_accepted(plain: ModelVersion) -> None:
+    array = np.empty(2, dtype=np.object_)
+    array[:] = [b"a", b"b"]
+    job = Job(inputs={}, outputs=["UPPER"], batch_size=0)
+    (out,) = build_outputs(plain, job, {"UPPER": array})
+    assert out.array is array
+
+
+def test_build_outputs_wrong_dtype_is_internal(batched: ModelVersion) -> None:
+    job = Job(inputs={}, outputs=["OUTPUT0"], batch_size=1)
+    with pytest.raises(Internal) as info:
+        build_outputs(batched, job, {"OUTPUT0": np.zeros((1, 4), np.float64)})
+    assert info.value.message == (
+        "model 'batched' produced output 'OUTPUT0' as float64, but its config declares FP32"
+    )
+
+
+# --------------------------------------------------------------------------- InferenceServer.infer
+
+
+class FakeScheduler:
+    """Echoes inputs to outputs (OUTPUT0 = INPUT0 ...), or raises what it is told to."""
+
+    def __init__(self, error: ServerError | None = None) -> None:
+        self.error = error
+        self.jobs: list[Job] = []
+        self.stopped = False
+
+    async def submit(self, job: Job) -> ExecutionResult:
+        self.jobs.append(job)
+        if self.error is not None:
+            raise self.error
+        b = job.batch_size
+        outputs = {
+            "OUTPUT0": np.asarray(job.inputs["INPUT0"]) * 2,
+            "OUTPUT1": np.asarray(job.inputs["INPUT1"]),
+            "LABEL": np.arange(b, dtype=np.int64),
+        }
+        return ExecutionResult(
+            {n: outputs[n] for n in job.outputs}, 1_000, BatchTimings(10, 20, 50, 60)
+        )
+
+    @property
+    def inflight(self) -> int:
+        return 0
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeModels:
+    def __init__(self, model: ModelVersion) -> None:
+        self.model = model
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        if name != self.model.name:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        return self.model
+
+    def all_ready(self) -> bool:
+        return True
+
+
+def make_server(scheduler: FakeScheduler) -> tuple[InferenceServer, ModelVersion]:
+    model = make_version(BATCHED, scheduler)
+    return InferenceServer(FakeModels(model)), model  # type: ignore[arg-type]
+
+
+async def test_infer_success() -> None:
+    scheduler = FakeScheduler()
+    server, model = make_server(scheduler)
+    response = await server.infer(request(good_inputs(batch=2), ["OUTPUT1", "OUTPUT0"], id="42"))
+    assert (response.model_name, response.model_version, response.id) == ("batched", "1", "42")
+    assert [o.name for o in response.outputs] == ["OUTPUT1", "OUTPUT0"]
+    assert response.outputs[0].shape == (2, 2, 2)
+    np.testing.assert_array_equal(
+        response.outputs[1].array, np.arange(8, dtype=np.float32).reshape(2, 4) * 2
+    )
+    assert len(scheduler.jobs) == 1
+    assert scheduler.jobs[0].request_id == "42"
+    stats = model.stats
+    assert (stats.success.count, stats.fail.count) == (1, 0)
+    assert stats.queue.ns == 1_000
+    assert stats.compute_infer.ns == 30
+
+
+async def test_infer_validation_error_gets_request_id_prefix() -> None:
+    server, model = make_server(FakeScheduler())
+    with pytest.raises(InvalidArgument) as info:
+        await server.infer(request(good_inputs(batch=9), id="my-req"))
+    assert info.value.message == (
+        "[request id: my-req] inference request batch-size must be <= 8 for 'batched'"
+    )
+    stats = model.stats
+    assert (stats.success.count, stats.fail.count) == (0, 1)
+
+
+async def test_infer_without_id_has_no_prefix() -> None:
+    server, _ = make_server(FakeScheduler())
+    with pytest.raises(InvalidArgument) as info:
+        await server.infer(request(good_inputs(batch=9)))
+    assert info.value.message == "inference request batch-size must be <= 8 for 'batched'"
+
+
+async def test_infer_unknown_model_gets_prefix() -> None:
+    server, _ = make_server(FakeScheduler())
+    with pytest.raises(NotFound) as info:
+        await server.infer(request(good_inputs(), model_name="ghost", id="7"))
+    assert info.value.message == "[request id: 7] Request for unknown model: 'ghost' is not found"
+
+
+async def test_infer_scheduler_error_gets_prefix_and_keeps_class() -> None:
+    server, _ = make_server(FakeScheduler(Internal("onnx runtime error: boom")))
+    with pytest.raises(Internal) as info:
+        await server.infer(request(good_inputs(), id="x"))
+    assert info.value.message == "[request id: x] onnx runtime error: boom"
+    assert str(info.value) == info.value.message
+
+
+async def test_infer_prefix_is_not_doubled() -> None:
+    server, _ = make_server(FakeScheduler(Internal("[request id: x] already prefixed")))
+    with pytest.raises(Internal) as info:
+        await server.infer(request(good_inputs(), id="x"))
+    assert info.value.message == "[request id: x] already prefixed"
+
+
+async def test_infer_after_stop_accepting_is_unavailable() -> None:
+    scheduler = FakeScheduler()
+    server, _ = make_server(scheduler)
+    assert server.is_ready()
+    server.stop_accepting()
+    assert not server.is_ready()
+    with pytest.raises(Unavailable) as info:
+        await server.infer(request(good_inputs(), id="late"))
+    assert info.value.message == (
+        "[request id: late] Server is shutting down: new inference requests are refused"
+    )
+    assert scheduler.jobs == []
