@@ -199,3 +199,20 @@ def test_stream_requests_are_scheduled_concurrently(server: ServerProcess) -> No
         np.testing.assert_allclose(received[f"s{i}"], mlp_reference(x, WIDTH, 3), rtol=1e-3)
     assert after.inference_count - before.inference_count == 16
     assert after.execution_count - before.execution_count < 16
+
+
+def test_request_whose_deadline_passes_while_queued_is_never_executed(repo: Path) -> None:
+    """The batcher holds until 3 requests are queued (Triton's test hook). A request whose
+    client deadline passes meanwhile is dropped: the batch that runs has only the 3 others."""
+    from tritonclient.utils import InferenceServerException
+
+    with ServerProcess([repo], env={"TRITONSERVER_DELAY_SCHEDULER": "3"}) as server:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            tensor = grpcclient.InferInput("INPUT0", [1, WIDTH], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
+            with pytest.raises(InferenceServerException, match="Deadline"):
+                client.infer("mlp_held", [tensor], client_timeout=0.3)
+        asyncio.run(_fire(server.url, "mlp_held", 3))
+        stats = _stats(server.url, "mlp_held")
+        assert (stats.inference_count, stats.execution_count) == (3, 1)
+        assert [b.batch_size for b in stats.batch_stats] == [3]
