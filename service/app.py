@@ -7,7 +7,7 @@ import logging
 import signal
 
 from .config import ServerConfig
-from .core.lifecycle import ModelManager
+from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
 from .handlers.server import GrpcFrontend
 
@@ -17,8 +17,17 @@ log = logging.getLogger("service")
 
 
 async def serve(config: ServerConfig) -> int:
-    models = ModelManager(config.model_repositories)
-    await models.load_all()
+    mode = ControlMode(config.model_control_mode)
+    models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
+    try:
+        await models.start()
+    except ValueError as exc:
+        log.error("%s", exc)
+        await models.unload_all()
+        return 1
+    poller = None
+    if mode is ControlMode.POLL:
+        poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
     core = InferenceServer(models, strict_readiness=config.strict_readiness)
     frontend = GrpcFrontend(core, config)
     try:
@@ -38,6 +47,8 @@ async def serve(config: ServerConfig) -> int:
 
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     core.stop_accepting()
+    if poller is not None:
+        poller.cancel()
     await frontend.stop(config.exit_timeout_secs)
     await models.unload_all()
     log.info("server stopped")

@@ -23,6 +23,10 @@ class ServerConfig:
     strict_readiness: bool = True
     exit_timeout_secs: float = 30.0
     log_verbose: int = 0
+    model_control_mode: str = "none"
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    cache_size_bytes: int = 0  # 0: no response cache
 
 
 def _bool(text: str) -> bool:
@@ -88,14 +92,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish",
     )
     parser.add_argument("--log-verbose", type=int, default=0, help="verbose logging level")
+    parser.add_argument(
+        "--model-control-mode",
+        choices=("none", "explicit", "poll"),
+        default="none",
+        help="none: load all at start; explicit: load/unload through the API; poll: follow "
+        "repository changes",
+    )
+    parser.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        dest="load_models",
+        help="with --model-control-mode=explicit: load this model at start (repeatable; '*' all)",
+    )
+    parser.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="with --model-control-mode=poll: seconds between repository scans",
+    )
+    parser.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        dest="cache_config",
+        help="response cache, e.g. 'local,size=1048576' (bytes)",
+    )
     return parser
 
 
+def _cache_size(specs: Sequence[str]) -> int:
+    """``local,size=N`` (Triton's syntax) -> N bytes; other cache kinds are refused."""
+    size = 0
+    for spec in specs:
+        kind, _, setting = spec.partition(",")
+        key, _, value = setting.partition("=")
+        if kind != "local" or key != "size" or not value.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--cache-config '{spec}': expected 'local,size=<bytes>'"
+            )
+        size = int(value)
+    return size
+
+
 def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     for repo in args.model_repositories:
         if not repo.is_dir():
-            build_parser().error(f"model repository '{repo}' is not a directory")
+            parser.error(f"model repository '{repo}' is not a directory")
+    if args.load_models and args.model_control_mode != "explicit":
+        parser.error("--load-model needs --model-control-mode=explicit")
+    if args.repository_poll_secs <= 0:
+        parser.error("--repository-poll-secs must be positive")
+    try:
+        cache_size = _cache_size(args.cache_config)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
     return ServerConfig(
         model_repositories=tuple(args.model_repositories),
         grpc_address=args.grpc_address,
@@ -105,4 +159,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         strict_readiness=args.strict_readiness,
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
+        model_control_mode=args.model_control_mode,
+        load_models=tuple(args.load_models),
+        repository_poll_secs=args.repository_poll_secs,
+        cache_size_bytes=cache_size,
     )

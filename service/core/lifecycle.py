@@ -1,10 +1,16 @@
-"""The table of models: loading the repositories, version lookup, readiness, unloading."""
+"""The table of models: loading, reloading, unloading, polling, version lookup, readiness.
+
+Model control follows Triton's three modes. Loads and unloads of one model are serialised
+by a per-model lock; a reload builds the new versions completely before swapping them in,
+so requests never see a half-loaded model, and the old versions finish what they accepted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,14 +18,23 @@ from inference import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, NotFound, Unavailable
 from ..repository.config_file import read_config
-from ..repository.layout import ModelDirectory, discover_models
+from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
+from ..repository.staging import StagingArea
 from ..repository.version_policy import select_versions
 from .loader import load_version
 from .model import ModelState, ModelVersion
 
-__all__ = ["ModelEntry", "ModelManager"]
+__all__ = ["ControlMode", "IndexEntry", "ModelEntry", "ModelManager"]
 
 log = logging.getLogger(__name__)
+
+NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class ControlMode(enum.Enum):
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
 
 
 @dataclass
@@ -30,65 +45,164 @@ class ModelEntry:
     directory: ModelDirectory
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     reason: str = ""
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
+    staged: bool = False  # loaded from files sent with the load request
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)
 
+    @property
+    def failure(self) -> str:
+        """Why this entry cannot serve as a whole ('' when every version is ready)."""
+        if self.reason:
+            return self.reason
+        return "; ".join(
+            f"version {v}: {m.reason}" for v, m in sorted(self.versions.items()) if not m.ready
+        )
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+    reason: str
+
 
 class ModelManager:
-    def __init__(self, repositories: Sequence[Path]) -> None:
+    def __init__(
+        self,
+        repositories: Sequence[Path],
+        *,
+        mode: ControlMode = ControlMode.NONE,
+        startup_models: Sequence[str] = (),
+    ) -> None:
         self._repositories = list(repositories)
+        self._mode = mode
+        self._startup_models = list(startup_models)
         self._models: dict[str, ModelEntry] = {}
+        self._unloaded: set[str] = set()
+        self._loading: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._staging = StagingArea()
 
-    async def load_all(self) -> None:
+    @property
+    def mode(self) -> ControlMode:
+        return self._mode
+
+    # --- start-up, polling, shutdown ----------------------------------------------------
+
+    async def start(self) -> None:
+        """Load what the control mode says to load at start-up."""
         directories = discover_models(self._repositories)
-        await asyncio.gather(*(self._load(d) for d in directories.values()))
-
-    async def _load(self, directory: ModelDirectory) -> None:
-        entry = ModelEntry(directory.name, directory)
-        self._models[directory.name] = entry
-        if directory.error:
-            entry.reason = directory.error
-            log.error("model '%s' unavailable: %s", directory.name, entry.reason)
-            return
-        try:
-            config = read_config(directory)
-            versions = select_versions(config.version_policy, directory.versions)
-            if not versions:
+        names = list(directories)
+        if self._mode is ControlMode.EXPLICIT and "*" not in self._startup_models:
+            unknown = [n for n in self._startup_models if n not in directories]
+            if unknown:
                 raise ValueError(
-                    f"at least one version must be available under the version policy of "
-                    f"model '{directory.name}'"
+                    "--load-model names models that no repository holds: " + ", ".join(unknown)
                 )
-        except ValueError as exc:
-            entry.reason = str(exc)
-            log.error("model '%s' unavailable: %s", directory.name, entry.reason)
-            return
-        loaded = await asyncio.gather(
-            *(
-                asyncio.to_thread(load_version, config, v, directory.version_path(v))
-                for v in versions
-            )
-        )
-        entry.versions = {m.version: m for m in loaded}
+            names = list(dict.fromkeys(self._startup_models))
+        await asyncio.gather(*(self._replace(directories[n]) for n in names))
+
+    async def poll(self) -> None:
+        """One poll: load added models, reload changed ones, unload removed ones."""
+        directories = discover_models(self._repositories)
+        work = []
+        for name, directory in directories.items():
+            entry = self._models.get(name)
+            if entry is None or entry.fingerprint != fingerprint(directory.path):
+                work.append(self._locked_replace(directory))
+        for name, entry in list(self._models.items()):
+            if name not in directories and not entry.staged:
+                work.append(self._locked_unload(name))
+        await asyncio.gather(*work)
+
+    async def poll_forever(self, interval_secs: float) -> None:
+        while True:
+            await asyncio.sleep(interval_secs)
+            try:
+                await self.poll()
+            except Exception:  # a bad poll must never stop polling
+                log.exception("repository poll failed")
 
     async def unload_all(self) -> None:
-        for entry in self._models.values():
-            for model in entry.versions.values():
-                if model.scheduler is not None:
-                    model.state = ModelState.UNLOADING
-                    await model.scheduler.stop()
-                    model.scheduler = None
-                model.state = ModelState.UNAVAILABLE
-                model.reason = "unloaded"
+        await asyncio.gather(*(self._retire(e) for e in self._models.values()))
+        self._staging.cleanup()
+
+    # --- the model-repository API -------------------------------------------------------
+
+    async def load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load or reload ``name``; on failure the previous versions keep serving."""
+        if self._mode is not ControlMode.EXPLICIT:
+            raise Unavailable(NOT_ALLOWED)
+        if files and override is None:
+            raise InvalidArgument(
+                f"failed to load '{name}': the 'config' parameter must be provided with "
+                "'file:' parameters, to serve as the model configuration"
+            )
+        async with self._lock(name):
+            if files:
+                try:
+                    path = await asyncio.to_thread(self._staging.stage, name, files)
+                except ValueError as exc:
+                    raise InvalidArgument(f"failed to load '{name}': {exc}") from None
+                directory = model_directory(name, path, path.parent)
+            else:
+                directory = discover_models(self._repositories).get(name)  # type: ignore[assignment]
+                if directory is None:
+                    raise NotFound(f"failed to load '{name}': no model '{name}' in any repository")
+            entry = await self._replace(directory, override, staged=bool(files))
+            if entry.failure:
+                raise InvalidArgument(f"failed to load '{name}': {entry.failure}")
+
+    async def unload(self, name: str) -> None:
+        if self._mode is not ControlMode.EXPLICIT:
+            raise Unavailable(NOT_ALLOWED)
+        if name not in self._models and name not in discover_models(self._repositories):
+            raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
+        await self._locked_unload(name)
+
+    def index(self, repository_name: str = "", ready_only: bool = False) -> list[IndexEntry]:
+        repositories = self._repositories
+        if repository_name:
+            repositories = [r for r in repositories if repository_name in (r.name, str(r))]
+            if not repositories:
+                raise NotFound(f"unknown repository '{repository_name}'")
+        on_disk = discover_models(repositories)
+        names = sorted(set(on_disk) | ({*self._models} if not repository_name else set()))
+        out: list[IndexEntry] = []
+        for name in names:
+            out.extend(self._index_entries(name))
+        return [e for e in out if e.state == ModelState.READY.value] if ready_only else out
+
+    def _index_entries(self, name: str) -> list[IndexEntry]:
+        entry = self._models.get(name)
+        if entry is None:
+            if name in self._loading:
+                return [IndexEntry(name, "", ModelState.LOADING.value, "")]
+            if name in self._unloaded:
+                return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, "unloaded")]
+            return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
+        if entry.reason:
+            return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, entry.reason)]
+        return [
+            IndexEntry(name, str(v), m.state.value, m.reason)
+            for v, m in sorted(entry.versions.items())
+        ]
+
+    # --- lookups for the request path ---------------------------------------------------
 
     def entries(self) -> list[ModelEntry]:
         return list(self._models.values())
 
     def all_ready(self) -> bool:
-        return all(
-            not entry.reason and entry.versions and all(m.ready for m in entry.versions.values())
-            for entry in self._models.values()
-        )
+        return all(not entry.failure for entry in self._models.values())
 
     def find(self, name: str, version: str = "") -> ModelVersion | None:
         """The requested version, or None where it is unknown or not ready."""
@@ -101,13 +215,18 @@ class ModelManager:
         """A ready version; the error names what is wrong, in Triton's words."""
         entry = self._models.get(name)
         if entry is None:
+            if name in self._unloaded:
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' has no available versions: unloaded"
+                )
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if not version:
             ready = entry.ready_versions()
             if not ready:
+                why = entry.failure
                 raise Unavailable(
                     f"Request for unknown model: '{name}' has no available versions"
-                    + self._why(entry)
+                    + (f": {why}" if why else "")
                 )
             return entry.versions[ready[-1]]
         try:
@@ -132,13 +251,14 @@ class ModelManager:
             if version:
                 raise InvalidArgument("a model version was given without a model name")
             return [
-                m for e in self._models.values() for v, m in sorted(e.versions.items()) if m.ready
+                m for e in self._models.values() for _, m in sorted(e.versions.items()) if m.ready
             ]
         if version:
             return [self.get(name, version)]
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
+            self.get(name)  # raises the right error for unknown or unloaded models
+        assert entry is not None
         ready = [entry.versions[v] for v in entry.ready_versions()]
         if not ready:
             raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
@@ -147,11 +267,87 @@ class ModelManager:
     def config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.get(name, version).config
 
+    # --- internals ----------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _locked_replace(self, directory: ModelDirectory) -> None:
+        async with self._lock(directory.name):
+            await self._replace(directory)
+
+    async def _locked_unload(self, name: str) -> None:
+        async with self._lock(name):
+            entry = self._models.pop(name, None)
+            self._unloaded.add(name)
+            if entry is not None:
+                await self._retire(entry)
+                log.info("unloaded '%s'", name)
+
+    async def _replace(
+        self,
+        directory: ModelDirectory,
+        override: mc.ModelConfig | None = None,
+        staged: bool = False,
+    ) -> ModelEntry:
+        """Build a new entry; swap it in unless it failed while a working one serves."""
+        name = directory.name
+        self._loading.add(name)
+        try:
+            entry = await self._build(directory, override)
+        finally:
+            self._loading.discard(name)
+        entry.staged = staged
+        old = self._models.get(name)
+        if entry.failure and old is not None and not old.failure:
+            log.error(
+                "reload of '%s' failed, previous versions keep serving: %s", name, entry.failure
+            )
+            await self._retire(entry)
+            return entry
+        self._models[name] = entry
+        self._unloaded.discard(name)
+        if old is not None:
+            await self._retire(old)
+        return entry
+
+    async def _build(
+        self, directory: ModelDirectory, override: mc.ModelConfig | None
+    ) -> ModelEntry:
+        entry = ModelEntry(directory.name, directory)
+        if directory.error:
+            entry.reason = directory.error
+            log.error("model '%s' unavailable: %s", directory.name, entry.reason)
+            return entry
+        try:
+            entry.fingerprint = await asyncio.to_thread(fingerprint, directory.path)
+            config = read_config(directory, override)
+            versions = select_versions(config.version_policy, directory.versions)
+            if not versions:
+                raise ValueError(
+                    f"at least one version must be available under the version policy of "
+                    f"model '{directory.name}'"
+                )
+        except ValueError as exc:
+            entry.reason = str(exc)
+            log.error("model '%s' unavailable: %s", directory.name, entry.reason)
+            return entry
+        loaded = await asyncio.gather(
+            *(
+                asyncio.to_thread(load_version, config, v, directory.version_path(v))
+                for v in versions
+            )
+        )
+        entry.versions = {m.version: m for m in loaded}
+        return entry
+
     @staticmethod
-    def _why(entry: ModelEntry) -> str:
-        if entry.reason:
-            return f": {entry.reason}"
-        reasons = [
-            f"version {v}: {m.reason}" for v, m in sorted(entry.versions.items()) if m.reason
-        ]
-        return (": " + "; ".join(reasons)) if reasons else ""
+    async def _retire(entry: ModelEntry) -> None:
+        """Stop taking requests, let accepted ones finish, free the instances."""
+        for model in entry.versions.values():
+            if model.scheduler is not None:
+                model.state = ModelState.UNLOADING
+                await model.scheduler.stop()
+                model.scheduler = None
+            model.state = ModelState.UNAVAILABLE
+            model.reason = model.reason or "unloaded"

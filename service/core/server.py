@@ -11,14 +11,19 @@ from .. import SERVER_NAME, __version__
 from ..errors import ServerError, Unavailable
 from ..statistics import ModelStats
 from ..types import InferRequest, InferResponse, TensorSpec
-from .lifecycle import ModelManager
+from .lifecycle import IndexEntry, ModelManager
 from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented: the model configuration extension (ModelConfig RPC),
-# and schedule_policy (dynamic batcher priorities and queue policies).
-EXTENSIONS: tuple[str, ...] = ("model_configuration", "schedule_policy")
+# Only what is actually implemented (Triton's extension names).
+EXTENSIONS: tuple[str, ...] = (
+    "model_configuration",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "statistics",
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,22 @@ class InferenceServer:
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self._models.config(name, version)
+
+    def repository_index(self, repository_name: str = "", ready: bool = False) -> list[IndexEntry]:
+        return self._models.index(repository_name, ready)
+
+    async def load_model(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
+        await self._models.load(name, override, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        # No model depends on another until ensembles exist, so dependents are trivially
+        # unloaded with it; the parameter is accepted as the extension defines it.
+        await self._models.unload(name)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
         return [

@@ -10,10 +10,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 
 from inference import grpc_service_pb2 as pb
+from inference import model_config_pb2 as mc
 
 from .. import datatypes
+from ..core.lifecycle import IndexEntry
 from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted
 from ..statistics import Duration
@@ -28,9 +31,11 @@ from ..types import (
 
 __all__ = [
     "decode_infer_request",
+    "decode_load_request",
     "encode_infer_response",
     "encode_model_metadata",
     "encode_model_statistics",
+    "encode_repository_index",
     "encode_server_metadata",
 ]
 
@@ -207,3 +212,47 @@ def encode_model_statistics(entries: Iterable[VersionStats]) -> pb.ModelStatisti
             )
         )
     return pb.ModelStatisticsResponse(model_stats=out)
+
+
+FILE_PREFIX = "file:"
+
+
+def decode_load_request(
+    request: pb.RepositoryModelLoadRequest,
+) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
+    """The 'config' override (JSON ModelConfig) and the 'file:<version>/<name>' contents."""
+    name = request.model_name
+    override = None
+    files: dict[str, bytes] = {}
+    for key, param in request.parameters.items():
+        which = param.WhichOneof("parameter_choice")
+        if key == "config":
+            if which != "string_param":
+                raise InvalidArgument(
+                    f"failed to load '{name}': parameter 'config' must be a JSON string"
+                )
+            override = mc.ModelConfig()
+            try:
+                json_format.Parse(param.string_param, override)
+            except json_format.ParseError as exc:
+                raise InvalidArgument(
+                    f"failed to load '{name}': parameter 'config' is not a valid ModelConfig: {exc}"
+                ) from None
+        elif key.startswith(FILE_PREFIX):
+            if which != "bytes_param":
+                raise InvalidArgument(
+                    f"failed to load '{name}': parameter '{key}' must carry bytes"
+                )
+            files[key.removeprefix(FILE_PREFIX)] = param.bytes_param
+    return override, files
+
+
+def encode_repository_index(entries: Iterable[IndexEntry]) -> pb.RepositoryIndexResponse:
+    return pb.RepositoryIndexResponse(
+        models=[
+            pb.RepositoryIndexResponse.ModelIndex(
+                name=e.name, version=e.version, state=e.state, reason=e.reason
+            )
+            for e in entries
+        ]
+    )

@@ -16,9 +16,11 @@ from ..core.server import InferenceServer
 from ..errors import ServerError, Unimplemented
 from .codec import (
     decode_infer_request,
+    decode_load_request,
     encode_infer_response,
     encode_model_metadata,
     encode_model_statistics,
+    encode_repository_index,
     encode_server_metadata,
 )
 from .status import grpc_errors
@@ -142,16 +144,29 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encode_model_statistics(self._core.model_statistics(request.name, request.version))
 
     @grpc_errors
-    async def RepositoryIndex(self, request: Any, context: Context) -> Any:
-        raise _not_yet("RepositoryIndex", "model_repository")
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
+        entries = self._core.repository_index(request.repository_name, request.ready)
+        return encode_repository_index(entries)
 
     @grpc_errors
-    async def RepositoryModelLoad(self, request: Any, context: Context) -> Any:
-        raise _not_yet("RepositoryModelLoad", "model_repository")
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        override, files = decode_load_request(request)
+        await self._core.load_model(request.model_name, override, files)
+        return pb.RepositoryModelLoadResponse()
 
     @grpc_errors
-    async def RepositoryModelUnload(self, request: Any, context: Context) -> Any:
-        raise _not_yet("RepositoryModelUnload", "model_repository")
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        dependents = request.parameters.get("unload_dependents")
+        await self._core.unload_model(
+            request.model_name, bool(dependents is not None and dependents.bool_param)
+        )
+        return pb.RepositoryModelUnloadResponse()
 
     @grpc_errors
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:

@@ -24,9 +24,12 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message becomes the model's UNAVAILABLE reason."""
 
 
-def read_config(model: ModelDirectory) -> mc.ModelConfig:
+def read_config(model: ModelDirectory, override: mc.ModelConfig | None = None) -> mc.ModelConfig:
+    """The model's config: ``override`` (from a load request) replaces config.pbtxt."""
     config = mc.ModelConfig()
-    if model.config_path.is_file():
+    if override is not None:
+        config.CopyFrom(override)
+    elif model.config_path.is_file():
         try:
             text_format.Parse(model.config_path.read_text(encoding="utf-8"), config)
         except (text_format.ParseError, UnicodeDecodeError) as exc:

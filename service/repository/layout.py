@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ModelDirectory", "discover_models"]
+__all__ = ["ModelDirectory", "discover_models", "fingerprint", "model_directory"]
 
 CONFIG_FILE = "config.pbtxt"
 
@@ -41,6 +41,20 @@ def _numeric_versions(model_path: Path) -> tuple[int, ...]:
     return tuple(sorted(versions))
 
 
+def model_directory(name: str, path: Path, repository: Path) -> ModelDirectory:
+    return ModelDirectory(name, path, repository, _numeric_versions(path))
+
+
+def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every file under a model folder with its size and mtime: a change means reload."""
+    entries = []
+    for file in sorted(path.rglob("*")):
+        if file.is_file():
+            stat = file.stat()
+            entries.append((str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
+
+
 def discover_models(repositories: Sequence[Path]) -> dict[str, ModelDirectory]:
     """Every model folder of every repository, keyed by model name.
 
@@ -52,7 +66,7 @@ def discover_models(repositories: Sequence[Path]) -> dict[str, ModelDirectory]:
         for child in sorted(repo.iterdir()):
             if not child.is_dir() or child.name.startswith("."):
                 continue
-            entry = ModelDirectory(child.name, child, repo, _numeric_versions(child))
+            entry = model_directory(child.name, child, repo)
             previous = found.get(child.name)
             if previous is not None:
                 entry = ModelDirectory(

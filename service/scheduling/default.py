@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ..errors import Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
 from .instances import InstancePool
@@ -21,13 +22,19 @@ class DefaultScheduler:
         self._stats = stats
         self._clock = clock
         self._inflight = 0
+        self._stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def inflight(self) -> int:
         return self._inflight
 
     async def submit(self, job: Job) -> ExecutionResult:
+        if self._stopping:
+            raise Unavailable("model is unloading: new requests are refused")
         self._inflight += 1
+        self._idle.clear()
         try:
             job.enqueue_ns = self._clock()
             try:
@@ -41,6 +48,8 @@ class DefaultScheduler:
             return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
         finally:
             self._inflight -= 1
+            if not self._inflight:
+                self._idle.set()
 
     def _record(
         self, job: Job, task: asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]
@@ -49,4 +58,7 @@ class DefaultScheduler:
             self._stats.record_execution(job.size, task.result()[1])
 
     async def stop(self) -> None:
-        self._pool.close()
+        """Refuse new jobs, let accepted ones finish, then free the instances."""
+        self._stopping = True
+        await self._idle.wait()
+        await self._pool.aclose()

@@ -73,7 +73,7 @@ class DynamicBatchScheduler:
 
     async def submit(self, job: Job) -> ExecutionResult:
         if self._stopping:
-            raise Unavailable(f"model '{self._name}' is unloading")
+            raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
         loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
         self._queues.push(job, job.enqueue_ns)  # may raise ResourceExhausted
@@ -186,4 +186,4 @@ class DynamicBatchScheduler:
             self._task.cancel()
         if self._timer is not None:
             self._timer.cancel()
-        self._pool.close()
+        await self._pool.aclose()

@@ -72,6 +72,10 @@ class InstancePool:
         task.add_done_callback(lambda _: self.release(worker))
         return task
 
+    async def aclose(self) -> None:
+        """Wait for running executions and free the instances, off the event loop."""
+        await asyncio.to_thread(self.close)
+
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
