@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 
+from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
@@ -28,7 +29,8 @@ async def serve(config: ServerConfig) -> int:
     poller = None
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
-    core = InferenceServer(models, strict_readiness=config.strict_readiness)
+    cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
+    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
     frontend = GrpcFrontend(core, config)
     try:
         port = await frontend.start()

@@ -47,6 +47,18 @@ class BatchTimings:
 
 
 @dataclass(slots=True)
+class ResponseStats:
+    """Per response index (0 for models that send one response per request)."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
 class BatchStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
@@ -71,7 +83,11 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     cancelled: int = 0
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
+    responses: dict[int, ResponseStats] = field(default_factory=dict)
+    memory_bytes: int = 0  # CPU memory the loaded instances took (estimate, see loader)
     wall_ms: Callable[[], int] = _wall_ms
 
     def record_execution(self, batch_size: int, timings: BatchTimings) -> None:
@@ -91,7 +107,31 @@ class ModelStats:
         self.compute_input.add(timings.compute_input)
         self.compute_infer.add(timings.compute_infer)
         self.compute_output.add(timings.compute_output)
+        response = self._response(0)
+        response.compute_infer.add(timings.compute_infer)
+        response.compute_output.add(timings.compute_output)
+        response.success.add(timings.compute_infer + timings.compute_output)
         self.last_inference_ms = self.wall_ms()
+
+    def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
+        """Hits count as successes and (zero-length) queue entries, never as executions."""
+        self.success.add(request_ns)
+        self.queue.add(0)
+        self.cache_hit.add(lookup_ns)
+        self.last_inference_ms = self.wall_ms()
+
+    def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
+        self.cache_miss.add(lookup_and_insert_ns)
+
+    def record_backend_failure(self) -> None:
+        """The model ran and failed: its response (index 0) is a failed one."""
+        self._response(0).fail.add(0)
+
+    def _response(self, index: int) -> ResponseStats:
+        stats = self.responses.get(index)
+        if stats is None:
+            stats = self.responses[index] = ResponseStats()
+        return stats
 
     def record_failure(self, request_ns: int) -> None:
         self.fail.add(request_ns)

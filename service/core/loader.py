@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from inference import model_config_pb2 as mc
@@ -22,6 +23,19 @@ from .model import ModelState, ModelVersion, io_specs
 __all__ = ["instance_specs", "load_version"]
 
 log = logging.getLogger(__name__)
+
+# Instances are created one at a time so that the resident-memory growth measured around
+# each load belongs to that model (statistics' memory_usage is this estimate).
+_LOAD_LOCK = threading.Lock()
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def instance_specs(config: mc.ModelConfig, cpu_count: int | None = None) -> list[InstanceSpec]:
@@ -67,11 +81,14 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
             raise ValueError(f"version folder {version} does not exist")
         backend = get_backend(config.backend)
         specs = instance_specs(config)
-        instances.append(backend.open(config, path, specs[0]))
-        signature = instances[0].signature()
-        complete(config, signature)
-        check_against_signature(config, signature)
-        instances.extend(backend.open(config, path, spec) for spec in specs[1:])
+        with _LOAD_LOCK:
+            before = _resident_bytes()
+            instances.append(backend.open(config, path, specs[0]))
+            signature = instances[0].signature()
+            complete(config, signature)
+            check_against_signature(config, signature)
+            instances.extend(backend.open(config, path, spec) for spec in specs[1:])
+            model.stats.memory_bytes = max(0, _resident_bytes() - before)
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()

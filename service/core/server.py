@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
 from .. import SERVER_NAME, __version__
-from ..errors import ServerError, Unavailable
+from ..cache import ResponseCache, cache_key
+from ..errors import Internal, ServerError, Unavailable
+from ..scheduling.base import ExecutionResult, Job
 from ..statistics import ModelStats
-from ..types import InferRequest, InferResponse, TensorSpec
+from ..types import InferRequest, InferResponse, OutputTensor, TensorSpec
 from .lifecycle import IndexEntry, ModelManager
+from .model import ModelVersion
 from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
@@ -24,6 +28,9 @@ EXTENSIONS: tuple[str, ...] = (
     "schedule_policy",
     "statistics",
 )
+
+
+_HASH_INLINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,16 @@ class VersionStats:
 
 
 class InferenceServer:
-    def __init__(self, models: ModelManager, *, strict_readiness: bool = True) -> None:
+    def __init__(
+        self,
+        models: ModelManager,
+        *,
+        strict_readiness: bool = True,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self._models = models
         self._strict = strict_readiness
+        self._cache = cache
         self._accepting = True
 
     def stop_accepting(self) -> None:
@@ -119,17 +133,53 @@ class InferenceServer:
         except ServerError as exc:
             raise exc.with_request_id(request.id) from None
         try:
-            job = prepare_job(model, request)
-            assert model.scheduler is not None  # guaranteed by ModelManager.get
-            result = await model.scheduler.submit(job)
-            outputs = build_outputs(model, job, result.outputs)
+            outputs = await self._run(model, prepare_job(model, request), start)
         except ServerError as exc:
             model.stats.record_failure(time.monotonic_ns() - start)
+            if isinstance(exc, Internal):
+                model.stats.record_backend_failure()
             raise exc.with_request_id(request.id) from None
-        model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
         return InferResponse(
             model_name=model.name,
             model_version=str(model.version),
             id=request.id,
             outputs=outputs,
+        )
+
+    async def _run(self, model: ModelVersion, job: Job, start: int) -> list[OutputTensor]:
+        cache = self._cache if model.config.response_cache.enable else None
+        if cache is None:
+            result = await self._submit(model, job)
+            outputs = build_outputs(model, job, result.outputs)
+            model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
+            return outputs
+        lookup = time.monotonic_ns()
+        key = await self._key(model, job)
+        cached = cache.get(key)
+        looked_up = time.monotonic_ns()
+        if cached is not None:
+            model.stats.record_cache_hit(looked_up - start, looked_up - lookup)
+            return cached
+        result = await self._submit(model, job)
+        outputs = build_outputs(model, job, result.outputs)
+        insert = time.monotonic_ns()
+        cache.put(key, outputs)
+        now = time.monotonic_ns()
+        model.stats.record_cache_miss((looked_up - lookup) + (now - insert))
+        model.stats.record_success(now - start, result.queue_ns, result.timings)
+        return outputs
+
+    @staticmethod
+    async def _submit(model: ModelVersion, job: Job) -> ExecutionResult:
+        assert model.scheduler is not None  # guaranteed by ModelManager.get
+        return await model.scheduler.submit(job)
+
+    @staticmethod
+    async def _key(model: ModelVersion, job: Job) -> bytes:
+        """Hash on the loop for small inputs, in a thread for large ones (never block)."""
+        size = sum(a.nbytes for a in job.inputs.values())
+        if size <= _HASH_INLINE_BYTES:
+            return cache_key(model.name, model.version, job.inputs, job.outputs)
+        return await asyncio.to_thread(
+            cache_key, model.name, model.version, job.inputs, job.outputs
         )

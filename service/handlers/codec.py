@@ -199,7 +199,21 @@ def encode_model_statistics(entries: Iterable[VersionStats]) -> pb.ModelStatisti
                     compute_input=_duration(s.compute_input),
                     compute_infer=_duration(s.compute_infer),
                     compute_output=_duration(s.compute_output),
+                    cache_hit=_duration(s.cache_hit),
+                    cache_miss=_duration(s.cache_miss),
                 ),
+                response_stats={
+                    str(index): pb.InferResponseStatistics(
+                        compute_infer=_duration(r.compute_infer),
+                        compute_output=_duration(r.compute_output),
+                        success=_duration(r.success),
+                        fail=_duration(r.fail),
+                        empty_response=_duration(r.empty_response),
+                        cancel=_duration(r.cancel),
+                    )
+                    for index, r in sorted(s.responses.items())
+                },
+                memory_usage=[pb.MemoryUsage(type="CPU", id=0, byte_size=s.memory_bytes)],
                 batch_stats=[
                     pb.InferBatchStatistics(
                         batch_size=size,
