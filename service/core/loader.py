@@ -99,7 +99,15 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     pool = InstancePool([InstanceWorker(instance) for instance in instances])
-    model.scheduler = create_scheduler(config, pool, model.stats)
+    declared = {t.name: t.shape for t in (*signature.inputs, *signature.outputs)}
+    try:
+        model.scheduler = create_scheduler(config, pool, model.stats, declared, path.parent)
+    except ValueError as exc:
+        pool.close()
+        model.state = ModelState.UNAVAILABLE
+        model.reason = str(exc)
+        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
+        return model
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
     return model

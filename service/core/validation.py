@@ -45,7 +45,29 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
         request.id,
         priority=_int_parameter(model, request, "priority"),
         timeout_us=_int_parameter(model, request, "timeout"),
+        correlation_id=_correlation_id(model, request),
+        sequence_start=_flag(model, request, "sequence_start"),
+        sequence_end=_flag(model, request, "sequence_end"),
     )
+
+
+def _correlation_id(model: ModelVersion, request: InferRequest) -> int | str | None:
+    value = request.parameters.get("sequence_id")
+    if value is None or (isinstance(value, int | str) and not isinstance(value, bool)):
+        return value
+    raise InvalidArgument(
+        f"parameter 'sequence_id' for model '{model.name}' must be an integer or a string, "
+        f"got {value!r}"
+    )
+
+
+def _flag(model: ModelVersion, request: InferRequest, key: str) -> bool:
+    value = request.parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(
+            f"parameter '{key}' for model '{model.name}' must be a boolean, got {value!r}"
+        )
+    return value
 
 
 def _int_parameter(model: ModelVersion, request: InferRequest, key: str) -> int:

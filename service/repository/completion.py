@@ -16,7 +16,14 @@ from .. import datatypes
 from ..types import TensorSpec
 from .config_file import ConfigError
 
-__all__ = ["DEFAULT_MAX_BATCH_SIZE", "ModelSignature", "check_against_signature", "complete"]
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "ModelSignature",
+    "check_against_signature",
+    "complete",
+    "internal_inputs",
+    "internal_outputs",
+]
 
 # Triton's default for models whose every tensor has a dynamic first dimension.
 DEFAULT_MAX_BATCH_SIZE = 4
@@ -33,17 +40,31 @@ class ModelSignature:
         return bool(tensors) and all(t.shape and t.shape[0] == -1 for t in tensors)
 
 
+def internal_inputs(config: mc.ModelConfig) -> set[str]:
+    """Inputs the server fills itself (sequence controls, implicit state), never clients."""
+    batching = config.sequence_batching
+    return {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
+
+
+def internal_outputs(config: mc.ModelConfig) -> set[str]:
+    return {s.output_name for s in config.sequence_batching.state}
+
+
 def complete(config: mc.ModelConfig, signature: ModelSignature) -> None:
     """Fill max_batch_size, inputs and outputs where the config has none (in place)."""
     if config.max_batch_size == 0 and not config.input and signature.batchable:
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
     batched = config.max_batch_size > 0
     if not config.input:
+        skip = internal_inputs(config)
         for spec in signature.inputs:
-            _fill(config.input.add(), spec, batched)
+            if spec.name not in skip:
+                _fill(config.input.add(), spec, batched)
     if not config.output:
+        skip = internal_outputs(config)
         for spec in signature.outputs:
-            _fill(config.output.add(), spec, batched)
+            if spec.name not in skip:
+                _fill(config.output.add(), spec, batched)
 
 
 def _fill(tensor: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool) -> None:
@@ -75,8 +96,15 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
                     + ", ".join(sorted(known))
                 )
             _check_tensor(kind, tensor, spec, batched)
-    configured = {t.name for t in config.input}
+    configured = {t.name for t in config.input} | internal_inputs(config)
     missing = [name for name in model_inputs if name not in configured]
+    unknown = [n for n in internal_inputs(config) if n not in model_inputs] + [
+        n for n in internal_outputs(config) if n not in model_outputs
+    ]
+    if unknown:
+        raise ConfigError(
+            "sequence_batching names tensors the model does not have: " + ", ".join(unknown)
+        )
     if missing:
         raise ConfigError("model inputs missing from config: " + ", ".join(missing))
 

@@ -25,6 +25,9 @@ class Job:
     request_id: str = ""
     priority: int = 0  # 0: the model's default level
     timeout_us: int = 0  # 0: the queue policy's default
+    correlation_id: int | str | None = None  # sequence models: the sequence this belongs to
+    sequence_start: bool = False
+    sequence_end: bool = False
     # Set by schedulers:
     enqueue_ns: int = 0
     deadline_ns: int | None = None

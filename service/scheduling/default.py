@@ -42,7 +42,7 @@ class DefaultScheduler:
             except asyncio.CancelledError:
                 self._stats.record_cancelled()
                 raise
-            task = self._pool.launch(worker, [job])
+            task = self._pool.launch_jobs(worker, [job])
             task.add_done_callback(lambda t: self._record(job, t))
             outputs, timings = await asyncio.shield(task)
             return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)

@@ -135,7 +135,7 @@ class DynamicBatchScheduler:
             self._timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
-        execution = self._pool.launch(worker, jobs)
+        execution = self._pool.launch_jobs(worker, jobs)
         self._executing.add(execution)
         execution.add_done_callback(lambda done: self._finished(jobs, done))
 

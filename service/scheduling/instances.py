@@ -7,8 +7,10 @@ shared between threads) while instances run in parallel; the event loop never bl
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from ..backends.base import ModelInstance
 from ..statistics import BatchTimings
@@ -17,15 +19,22 @@ from .batch import execute_batch
 
 __all__ = ["InstancePool", "InstanceWorker"]
 
+T = TypeVar("T")
+
 
 class InstanceWorker:
-    def __init__(self, instance: ModelInstance) -> None:
+    def __init__(self, instance: ModelInstance, index: int = 0) -> None:
         self.instance = instance
+        self.index = index
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=instance.spec.name)
 
-    async def run(self, jobs: Sequence[Job]) -> tuple[list[dict[str, Array]], BatchTimings]:
+    async def call(self, work: Callable[[ModelInstance], T]) -> T:
+        """Run ``work(instance)`` in this instance's thread."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, execute_batch, self.instance, jobs)
+        return await loop.run_in_executor(self._executor, work, self.instance)
+
+    async def run(self, jobs: Sequence[Job]) -> tuple[list[dict[str, Array]], BatchTimings]:
+        return await self.call(lambda instance: execute_batch(instance, jobs))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -33,13 +42,14 @@ class InstanceWorker:
 
 
 class InstancePool:
-    """Free instances in a FIFO queue: request N+1 waits for the first one released."""
+    """Free instances in FIFO order: request N+1 waits for the first one released."""
 
     def __init__(self, workers: Sequence[InstanceWorker]) -> None:
         self.workers = list(workers)
-        self._free: asyncio.Queue[InstanceWorker] = asyncio.Queue()
-        for worker in self.workers:
-            self._free.put_nowait(worker)
+        for index, worker in enumerate(self.workers):
+            worker.index = index
+        self._free: deque[InstanceWorker] = deque(self.workers)
+        self._waiters: deque[asyncio.Future[InstanceWorker]] = deque()
         self._listeners: list[Callable[[], None]] = []
 
     def on_release(self, listener: Callable[[], None]) -> None:
@@ -47,30 +57,58 @@ class InstancePool:
 
     @property
     def has_free(self) -> bool:
-        return not self._free.empty()
+        return bool(self._free)
+
+    def is_free(self, index: int) -> bool:
+        return self.workers[index] in self._free
 
     async def acquire(self) -> InstanceWorker:
-        return await self._free.get()
+        if self._free and not self._waiters:
+            return self._free.popleft()
+        waiter: asyncio.Future[InstanceWorker] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())  # handed over just as the caller left
+            raise
 
     def try_acquire(self) -> InstanceWorker | None:
-        try:
-            return self._free.get_nowait()
-        except asyncio.QueueEmpty:
+        return self._free.popleft() if self._free else None
+
+    def take(self, index: int) -> InstanceWorker | None:
+        """Acquire one particular instance (sequence affinity), if it is free."""
+        worker = self.workers[index]
+        if worker not in self._free:
             return None
+        self._free.remove(worker)
+        return worker
 
     def release(self, worker: InstanceWorker) -> None:
-        self._free.put_nowait(worker)
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(worker)
+                break
+        else:
+            self._free.append(worker)
         for listener in self._listeners:
             listener()
 
     def launch(
-        self, worker: InstanceWorker, jobs: Sequence[Job]
-    ) -> asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]:
-        """Start ``jobs`` on an acquired worker; the worker returns to the pool when its
+        self, worker: InstanceWorker, work: Callable[[ModelInstance], T]
+    ) -> asyncio.Future[T]:
+        """Start ``work`` on an acquired worker; the worker returns to the pool when its
         thread is done, even if every caller has gone away meanwhile."""
-        task = asyncio.ensure_future(worker.run(jobs))
+        task = asyncio.ensure_future(worker.call(work))
         task.add_done_callback(lambda _: self.release(worker))
         return task
+
+    def launch_jobs(
+        self, worker: InstanceWorker, jobs: Sequence[Job]
+    ) -> asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]:
+        return self.launch(worker, lambda instance: execute_batch(instance, jobs))
 
     async def aclose(self) -> None:
         """Wait for running executions and free the instances, off the event loop."""

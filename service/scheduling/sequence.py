@@ -1,0 +1,314 @@
+"""The sequence batcher: stateful models get every request of a sequence on one instance.
+
+One asyncio task drives it, like the dynamic batcher. Direct: a batch holds one request
+per slot of an instance (empty slots are zero rows with READY false). Oldest: a batch holds
+the oldest waiting requests of that instance's candidate sequences, never two from one
+sequence, closed by the dynamic batcher's rule. Control tensors and implicit state are
+added in the instance's thread; the output state of request i is the input state of i+1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from inference import model_config_pb2 as mc
+
+from ..backends.base import ModelInstance
+from ..errors import InvalidArgument, ServerError, Unavailable
+from ..statistics import BatchTimings, ModelStats
+from .base import Array, ExecutionResult, Job
+from .batch import union_outputs
+from .dynamic import delay_count_from_env
+from .instances import InstancePool, InstanceWorker
+from .policy import BatchPolicy
+from .sequence_tensors import build_sequence_inputs, control_specs, state_specs
+from .sequences import LiveSequence, SequenceTable
+
+__all__ = ["SequenceBatchScheduler"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
+Rows = list[Job | None]
+RowResult = tuple[list[dict[str, Array] | None], list[list[Array] | None], BatchTimings]
+
+
+def _backlog_delay_from_env() -> int:
+    """TRITONSERVER_BACKLOG_DELAY_SCHEDULER=N (test-only): hold until N backlog requests."""
+    try:
+        return max(0, int(os.environ.get("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "0")))
+    except ValueError:
+        return 0
+
+
+class SequenceBatchScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        pool: InstancePool,
+        stats: ModelStats,
+        declared: Mapping[str, Sequence[int]],
+        model_path: Path,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        batching = config.sequence_batching
+        self._name = config.name
+        self._pool = pool
+        self._stats = stats
+        self._clock = clock
+        self._declared = dict(declared)
+        self._batched = config.max_batch_size > 0
+        self._controls = control_specs(batching)
+        self._states = state_specs(batching, model_path)
+        self._state_outputs = [s.output_name for s in self._states]
+        self._oldest = batching.WhichOneof("strategy_choice") == "oldest"
+        rows = max(config.max_batch_size, 1)
+        if self._oldest:
+            oldest = batching.oldest
+            capacity = oldest.max_candidate_sequences or rows
+            self._policy = BatchPolicy(
+                max_batch_size=rows,
+                preferred=tuple(sorted({p for p in oldest.preferred_batch_size if 0 < p <= rows})),
+                max_queue_delay_ns=oldest.max_queue_delay_microseconds * 1000,
+            )
+        else:
+            capacity = rows
+            self._policy = BatchPolicy(
+                max_batch_size=rows,
+                max_queue_delay_ns=batching.direct.max_queue_delay_microseconds * 1000,
+            )
+        self._min_utilization = batching.direct.minimum_slot_utilization
+        idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
+        self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
+        self._delay_count = delay_count_from_env()
+        self._backlog_delay = _backlog_delay_from_env()
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._executing = 0
+        self._owners: dict[int, LiveSequence] = {}  # id(job) -> its sequence
+        self._inflight = 0
+        self._stopping = False
+        pool.on_release(self._wake.set)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    async def submit(self, job: Job) -> ExecutionResult:
+        if self._stopping:
+            raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
+        if job.correlation_id in (None, 0, ""):
+            raise InvalidArgument(
+                f"inference request to model '{self._name}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
+        if self._batched and job.batch_size != 1:
+            raise InvalidArgument(
+                f"inference request to sequence model '{self._name}' must have batch size 1, "
+                f"got {job.batch_size}"
+            )
+        loop = asyncio.get_running_loop()
+        job.enqueue_ns = self._clock()
+        self._owners[id(job)] = self._table.accept(job, job.enqueue_ns)  # may raise
+        job.future = loop.create_future()
+        self._inflight += 1
+        if self._task is None:
+            self._task = loop.create_task(self._run(), name=f"sequencer-{self._name}")
+        self._wake.set()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._wake.set()
+            raise
+        finally:
+            self._inflight -= 1
+            self._owners.pop(id(job), None)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._step()
+
+    def _step(self) -> None:
+        now = self._clock()
+        self._drop_cancelled()
+        for sequence in self._table.expire_idle(now):
+            log.info("model '%s': sequence %s released after idling", self._name, sequence.cid)
+        if self._holding():
+            return
+        wait_until = None
+        for worker in self._pool.workers:
+            if not self._pool.is_free(worker.index):
+                continue
+            rows, due = self._rows(worker.index, now)
+            if rows:
+                taken = self._pool.take(worker.index)
+                assert taken is not None
+                self._dispatch(taken, rows)
+            elif due is not None and (wait_until is None or due < wait_until):
+                wait_until = due
+        idle_due = self._table.next_idle_deadline()
+        if idle_due is not None and (wait_until is None or idle_due < wait_until):
+            wait_until = idle_due
+        self._arm_timer(wait_until, now)
+
+    def _holding(self) -> bool:
+        """Triton's test hooks: hold scheduling until enough requests are queued."""
+        if self._delay_count:
+            if self._table.pending_count() < self._delay_count:
+                return True
+            self._delay_count = 0
+        if self._backlog_delay:
+            if self._table.backlog_count() < self._backlog_delay:
+                return True
+            self._backlog_delay = 0
+        return False
+
+    def _drop_cancelled(self) -> None:
+        for sequence in self._table.sequences():
+            gone = [j for j in sequence.pending if j.future is not None and j.future.done()]
+            for job in gone:
+                sequence.pending.remove(job)
+                self._stats.record_cancelled()
+                if job.sequence_end:
+                    self._table.release(sequence)
+
+    def _rows(self, instance: int, now: int) -> tuple[Rows, int | None]:
+        """The batch this instance should run now (empty: none), or when to look again."""
+        rooms = self._table.rooms(instance)
+        if self._oldest:
+            heads = sorted(
+                (s.head for s in rooms if s is not None and s.head is not None),
+                key=lambda job: job.enqueue_ns,
+            )
+            heads = [j for j in heads if self._key(j) == self._key(heads[0])] if heads else []
+            decision = self._policy.decide(heads, now)
+            return list(heads[: decision.take]), decision.wait_until_ns
+        rows: Rows = [s.head if s is not None else None for s in rooms]
+        first = next((j for j in rows if j is not None), None)
+        if first is None:
+            return [], None
+        key = self._key(first)
+        rows = [j if j is not None and self._key(j) == key else None for j in rows]
+        ready = [j for j in rows if j is not None]
+        delay = self._policy.max_queue_delay_ns
+        if delay and len(ready) < self._min_utilization * len(rows):
+            due = min(j.enqueue_ns for j in ready) + delay
+            if now < due:
+                return [], due
+        while rows and rows[-1] is None:
+            rows.pop()
+        return rows, None
+
+    def _key(self, job: Job) -> tuple[object, ...]:
+        sequence = self._sequence_of(job)
+        states = tuple(a.shape for a in sequence.states) if sequence and sequence.states else ()
+        return (job.shape_key(), states)
+
+    def _sequence_of(self, job: Job) -> LiveSequence | None:
+        return self._owners.get(id(job))
+
+    def _dispatch(self, worker: InstanceWorker, rows: Rows) -> None:
+        sequences = [self._sequence_of(job) if job is not None else None for job in rows]
+        for sequence in sequences:
+            if sequence is not None:
+                sequence.pending.popleft()
+                sequence.executing = True
+        states = [s.states if s is not None else None for s in sequences]
+        outputs = [*union_outputs([j for j in rows if j is not None]), *self._state_outputs]
+        self._executing += 1
+
+        def work(instance: ModelInstance) -> RowResult:
+            return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
+
+        execution = self._pool.launch(worker, work)
+        execution.add_done_callback(lambda done: self._finished(rows, sequences, done))
+
+    def _execute(
+        self,
+        instance: ModelInstance,
+        rows: Rows,
+        states: list[list[Array] | None],
+        outputs: list[str],
+    ) -> RowResult:
+        start = self._clock()
+        inputs = build_sequence_inputs(
+            rows, states, self._controls, self._states, self._declared, self._batched
+        )
+        input_end = self._clock()
+        results = instance.execute(inputs, outputs)
+        infer_end = self._clock()
+        per_row: list[dict[str, Array] | None] = []
+        new_states: list[list[Array] | None] = []
+        for index, job in enumerate(rows):
+            if job is None:
+                per_row.append(None)
+                new_states.append(None)
+                continue
+            pick = slice(index, index + 1) if self._batched else slice(None)
+            per_row.append({name: results[name][pick] for name in job.outputs})
+            new_states.append(
+                [
+                    (results[name][index] if self._batched else results[name]).copy()
+                    for name in self._state_outputs
+                ]
+            )
+        return per_row, new_states, BatchTimings(start, input_end, infer_end, self._clock())
+
+    def _finished(
+        self,
+        rows: Rows,
+        sequences: list[LiveSequence | None],
+        done: asyncio.Future[RowResult],
+    ) -> None:
+        self._executing -= 1
+        now = self._clock()
+        error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
+        if error is None:
+            outputs, new_states, timings = done.result()
+            self._stats.record_execution(sum(1 for j in rows if j is not None), timings)
+        for index, (job, sequence) in enumerate(zip(rows, sequences, strict=True)):
+            if job is None or sequence is None:
+                continue
+            sequence.executing = False
+            sequence.last_ns = now
+            if error is None:
+                sequence.states = new_states[index]
+                out = outputs[index]
+                assert out is not None
+                result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+                if job.future is not None and not job.future.done():
+                    job.future.set_result(result)
+            elif job.future is not None and not job.future.done():
+                failure = error if isinstance(error, ServerError) else Unavailable(str(error))
+                job.future.set_exception(failure)
+            if job.sequence_end:
+                self._table.release(sequence)
+        self._wake.set()
+
+    def _arm_timer(self, wait_until: int | None, now: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wait_until is not None:
+            delay = max(0, wait_until - now) / 1e9
+            self._timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
+
+    async def stop(self) -> None:
+        """Finish accepted requests, then stop the driver and free the instances."""
+        self._stopping = True
+        while self._table.busy() or self._executing:
+            self._wake.set()
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._pool.aclose()

@@ -1,0 +1,133 @@
+"""Which live sequence owns which instance and slot: pure bookkeeping with time passed in.
+
+Direct: each sequence owns one batch slot of one instance until it ends. Oldest: each
+sequence is a candidate on one instance (up to ``max_candidate_sequences`` there). A new
+sequence that finds no room waits in a FIFO backlog and gets the first room freed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..errors import InvalidArgument
+from .base import Array, Job
+
+__all__ = ["LiveSequence", "SequenceTable"]
+
+CorrelationId = int | str
+
+
+@dataclass(eq=False)
+class LiveSequence:
+    cid: CorrelationId
+    last_ns: int
+    instance: int | None = None  # None while in the backlog
+    slot: int = 0
+    pending: deque[Job] = field(default_factory=deque)
+    states: list[Array] | None = None  # implicit state; None: initial state
+    executing: bool = False
+    ending: bool = False  # its END request has been accepted
+
+    @property
+    def head(self) -> Job | None:
+        """The next request to run, when this sequence may run one now."""
+        if self.instance is None or self.executing or not self.pending:
+            return None
+        return self.pending[0]
+
+
+class SequenceTable:
+    def __init__(self, model: str, instances: int, capacity: int, idle_ns: int) -> None:
+        self.model = model
+        self.capacity = capacity  # slots (Direct) or candidates (Oldest) per instance
+        self.idle_ns = idle_ns
+        self._live: dict[CorrelationId, LiveSequence] = {}
+        self._rooms: list[list[LiveSequence | None]] = [[None] * capacity for _ in range(instances)]
+        self._backlog: deque[LiveSequence] = deque()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def accept(self, job: Job, now_ns: int) -> LiveSequence:
+        """File ``job`` under its sequence, starting one (or refusing) as its flags say."""
+        cid = job.correlation_id
+        assert cid is not None
+        sequence = self._live.get(cid)
+        if job.sequence_start:
+            if sequence is not None:
+                raise InvalidArgument(
+                    f"inference request for sequence {cid} to model '{self.model}' has the "
+                    "START flag, but that sequence is still active"
+                )
+            sequence = LiveSequence(cid, now_ns)
+            self._live[cid] = sequence
+            self._place(sequence)
+        elif sequence is None or sequence.ending:
+            raise InvalidArgument(
+                f"inference request for sequence {cid} to model '{self.model}' must specify "
+                "the START flag on the first request of the sequence"
+            )
+        sequence.pending.append(job)
+        sequence.last_ns = now_ns
+        sequence.ending = job.sequence_end
+        return sequence
+
+    def _place(self, sequence: LiveSequence) -> None:
+        best = None
+        for index, rooms in enumerate(self._rooms):
+            free = rooms.count(None)
+            if free and (best is None or free > self._rooms[best].count(None)):
+                best = index
+        if best is None:
+            self._backlog.append(sequence)
+            return
+        slot = self._rooms[best].index(None)
+        self._rooms[best][slot] = sequence
+        sequence.instance, sequence.slot = best, slot
+
+    def release(self, sequence: LiveSequence) -> None:
+        """The sequence ended or idled out: free its room for the oldest backlog entry."""
+        if self._live.get(sequence.cid) is sequence:
+            del self._live[sequence.cid]
+        if sequence.instance is None:
+            if sequence in self._backlog:
+                self._backlog.remove(sequence)
+            return
+        self._rooms[sequence.instance][sequence.slot] = None
+        sequence.instance = None
+        if self._backlog:
+            self._place(self._backlog.popleft())
+
+    def expire_idle(self, now_ns: int) -> list[LiveSequence]:
+        if self.idle_ns <= 0:
+            return []
+        idle = [
+            s
+            for s in self._live.values()
+            if not s.pending and not s.executing and now_ns - s.last_ns >= self.idle_ns
+        ]
+        for sequence in idle:
+            self.release(sequence)
+        return idle
+
+    def next_idle_deadline(self) -> int | None:
+        if self.idle_ns <= 0:
+            return None
+        times = [s.last_ns for s in self._live.values() if not s.pending and not s.executing]
+        return min(times) + self.idle_ns if times else None
+
+    def rooms(self, instance: int) -> list[LiveSequence | None]:
+        return self._rooms[instance]
+
+    def pending_count(self) -> int:
+        return sum(len(s.pending) for s in self._live.values())
+
+    def backlog_count(self) -> int:
+        return sum(len(s.pending) for s in self._backlog)
+
+    def busy(self) -> bool:
+        return any(s.pending or s.executing for s in self._live.values())
+
+    def sequences(self) -> list[LiveSequence]:
+        return list(self._live.values())
