@@ -270,7 +270,7 @@ async def test_pool_hands_out_workers_fifo_and_launch_releases_when_done() -> No
         assert not s.pool.has_free
         assert s.pool.try_acquire() is None
         waiter = asyncio.ensure_future(s.pool.acquire())
-        task = s.pool.launch(w0, [job("x", 0.1, ["O"])])
+        task = s.pool.launch_jobs(w0, [job("x", 0.1, ["O"])])
         await asyncio.sleep(0.03)
         assert not waiter.done()  # w0 is still executing
         outputs, timings = await task
