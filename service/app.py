@@ -20,6 +20,9 @@ log = logging.getLogger("service")
 async def serve(config: ServerConfig) -> int:
     mode = ControlMode(config.model_control_mode)
     models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
+    cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
+    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    models.attach_runner(core)
     try:
         await models.start()
     except ValueError as exc:
@@ -29,8 +32,6 @@ async def serve(config: ServerConfig) -> int:
     poller = None
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
-    cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
     frontend = GrpcFrontend(core, config)
     try:
         port = await frontend.start()

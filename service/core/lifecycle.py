@@ -17,11 +17,13 @@ from pathlib import Path
 from inference import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, NotFound, Unavailable
-from ..repository.config_file import read_config
+from ..repository.config_file import ConfigError, read_config
+from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
 from ..repository.staging import StagingArea
 from ..repository.version_policy import select_versions
-from .loader import load_version
+from ..scheduling.ensemble import StepRunner
+from .loader import load_ensemble, load_version
 from .model import ModelState, ModelVersion
 
 __all__ = ["ControlMode", "IndexEntry", "ModelEntry", "ModelManager"]
@@ -85,6 +87,11 @@ class ModelManager:
         self._loading: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._staging = StagingArea()
+        self._runner: StepRunner | None = None
+
+    def attach_runner(self, runner: StepRunner) -> None:
+        """Ensembles run their steps through the core's infer (set by the composition root)."""
+        self._runner = runner
 
     @property
     def mode(self) -> ControlMode:
@@ -103,7 +110,8 @@ class ModelManager:
                     "--load-model names models that no repository holds: " + ", ".join(unknown)
                 )
             names = list(dict.fromkeys(self._startup_models))
-        await asyncio.gather(*(self._replace(directories[n]) for n in names))
+        for wave in _dependency_waves({n: directories[n] for n in names}):
+            await asyncio.gather(*(self._replace(directories[n]) for n in wave))
 
     async def poll(self) -> None:
         """One poll: load added models, reload changed ones, unload removed ones."""
@@ -146,6 +154,8 @@ class ModelManager:
                 f"failed to load '{name}': the 'config' parameter must be provided with "
                 "'file:' parameters, to serve as the model configuration"
             )
+        if (override is not None and override.platform == "ensemble") or files is None:
+            await self._load_composing(name, override)
         async with self._lock(name):
             if files:
                 try:
@@ -161,12 +171,47 @@ class ModelManager:
             if entry.failure:
                 raise InvalidArgument(f"failed to load '{name}': {entry.failure}")
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self._mode is not ControlMode.EXPLICIT:
             raise Unavailable(NOT_ALLOWED)
         if name not in self._models and name not in discover_models(self._repositories):
             raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
+        if unload_dependents:
+            for dependent in self.dependents(name):
+                await self._locked_unload(dependent)
         await self._locked_unload(name)
+
+    def dependents(self, name: str) -> list[str]:
+        """Loaded ensembles that call ``name`` in one of their steps."""
+        return [
+            entry.name
+            for entry in self._models.values()
+            if any(name in composing_models(m.config) for m in entry.versions.values())
+        ]
+
+    def lookup_config(self, name: str, version: int) -> mc.ModelConfig | None:
+        """A ready version's config (-1: latest), for ensemble validation."""
+        model = self.find(name, "" if version < 0 else str(version))
+        return model.config if model is not None else None
+
+    async def _load_composing(self, name: str, override: mc.ModelConfig | None) -> None:
+        """Loading an ensemble loads the models it calls that are not loaded yet."""
+        config = override
+        if config is None:
+            directory = discover_models(self._repositories).get(name)
+            if directory is None or directory.error:
+                return
+            try:
+                config = read_config(directory)
+            except ConfigError:
+                return
+        if config.platform != "ensemble":
+            return
+        directories = discover_models(self._repositories)
+        for model in composing_models(config):
+            if model not in self._models and model in directories and model != name:
+                await self._load_composing(model, None)
+                await self._locked_replace(directories[model])
 
     def index(self, repository_name: str = "", ready_only: bool = False) -> list[IndexEntry]:
         repositories = self._repositories
@@ -332,12 +377,17 @@ class ModelManager:
             entry.reason = str(exc)
             log.error("model '%s' unavailable: %s", directory.name, entry.reason)
             return entry
-        loaded = await asyncio.gather(
-            *(
-                asyncio.to_thread(load_version, config, v, directory.version_path(v))
-                for v in versions
+        if config.platform == "ensemble":
+            if self._runner is None:
+                raise RuntimeError("ensembles need a runner: call attach_runner first")
+            loaded = [load_ensemble(config, v, self.lookup_config, self._runner) for v in versions]
+        else:
+            loaded = await asyncio.gather(
+                *(
+                    asyncio.to_thread(load_version, config, v, directory.version_path(v))
+                    for v in versions
+                )
             )
-        )
         entry.versions = {m.version: m for m in loaded}
         return entry
 
@@ -351,3 +401,27 @@ class ModelManager:
                 model.scheduler = None
             model.state = ModelState.UNAVAILABLE
             model.reason = model.reason or "unloaded"
+
+
+def _dependency_waves(directories: dict[str, ModelDirectory]) -> list[list[str]]:
+    """Load order: models first, then ensembles once every model they call had its turn."""
+    calls: dict[str, set[str]] = {}
+    for name, directory in directories.items():
+        calls[name] = set()
+        if directory.error:
+            continue
+        try:
+            config = read_config(directory)
+        except ConfigError:
+            continue
+        if config.platform == "ensemble":
+            calls[name] = {m for m in composing_models(config) if m in directories and m != name}
+    waves: list[list[str]] = []
+    done: set[str] = set()
+    while len(done) < len(calls):
+        wave = [n for n, needs in calls.items() if n not in done and needs <= done]
+        if not wave:  # a cycle: load the rest together, validation reports it
+            wave = [n for n in calls if n not in done]
+        waves.append(wave)
+        done.update(wave)
+    return waves

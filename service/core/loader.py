@@ -16,11 +16,13 @@ from inference import model_config_pb2 as mc
 from ..backends.base import InstanceSpec, ModelInstance
 from ..backends.registry import get_backend
 from ..repository.completion import check_against_signature, complete
+from ..repository.ensemble_config import ConfigLookup, validate_ensemble
+from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
 from .model import ModelState, ModelVersion, io_specs
 
-__all__ = ["instance_specs", "load_version"]
+__all__ = ["instance_specs", "load_ensemble", "load_version"]
 
 log = logging.getLogger(__name__)
 
@@ -110,4 +112,26 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
         return model
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
+    return model
+
+
+def load_ensemble(
+    base_config: mc.ModelConfig, version: int, lookup: ConfigLookup, runner: StepRunner
+) -> ModelVersion:
+    """An ensemble has no instances: checking its steps and building its scheduler is all."""
+    config = mc.ModelConfig()
+    config.CopyFrom(base_config)
+    model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
+    try:
+        tensor_types = validate_ensemble(config, lookup)
+    except ValueError as exc:
+        model.state = ModelState.UNAVAILABLE
+        model.reason = str(exc)
+        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
+        return model
+    model.inputs = io_specs(list(config.input))
+    model.outputs = io_specs(list(config.output))
+    model.scheduler = EnsembleScheduler(config, runner, model.stats, tensor_types)
+    model.state = ModelState.READY
+    log.info("successfully loaded ensemble '%s' version %d", config.name, version)
     return model

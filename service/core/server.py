@@ -115,9 +115,7 @@ class InferenceServer:
         await self._models.load(name, override, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        # No model depends on another until ensembles exist, so dependents are trivially
-        # unloaded with it; the parameter is accepted as the extension defines it.
-        await self._models.unload(name)
+        await self._models.unload(name, unload_dependents)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
         return [
