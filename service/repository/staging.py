@@ -24,15 +24,23 @@ class StagingError(ValueError):
 def _checked(name: str) -> PurePosixPath:
     if "\\" in name or "\x00" in name:
         raise StagingError(f"invalid file name '{name}'")
-    path = PurePosixPath(name)
-    if path.is_absolute() or not path.parts:
+    if name.startswith("/"):
         raise StagingError(f"file name '{name}' must be relative: '<version>/<file>'")
-    if any(part in ("", ".", "..") for part in path.parts):
-        raise StagingError(f"file name '{name}' must not contain '.' or '..'")
-    version = path.parts[0]
-    if not (version.isascii() and version.isdigit()) or len(path.parts) < 2:
+    parts = name.split("/")  # not PurePosixPath: it would silently drop '.' and '' parts
+    if any(part in ("", ".", "..") for part in parts):
+        raise StagingError(f"file name '{name}' must not contain '.', '..' or empty parts")
+    if not (parts[0].isascii() and parts[0].isdigit()) or len(parts) < 2:
         raise StagingError(f"file name '{name}' must start with a numeric version folder")
-    return path
+    return PurePosixPath(name)
+
+
+def _check_no_conflicts(paths: list[PurePosixPath]) -> None:
+    """A name that is also another name's folder cannot be both a file and a directory."""
+    names = {str(p) for p in paths}
+    for path in paths:
+        for parent in path.parents:
+            if str(parent) in names:
+                raise StagingError(f"file name '{parent}' is also a folder of '{path}'")
 
 
 class StagingArea:
@@ -45,6 +53,7 @@ class StagingArea:
     def stage(self, model_name: str, files: Mapping[str, bytes]) -> Path:
         """Write ``files`` under a new model directory and return it (blocking)."""
         paths = {_checked(name): data for name, data in files.items()}
+        _check_no_conflicts(list(paths))
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="model-staging-"))
         model_dir = self._root / f"{next(self._counter)}" / model_name
