@@ -278,7 +278,8 @@ class ModelManager:
             number = int(version)
         except ValueError:
             raise InvalidArgument(
-                f"Request for unknown model: '{name}' version '{version}' is not a valid version"
+                f"failed to get model version from specified version string '{version}' "
+                "(details: stol), version should be an integral value > 0"
             ) from None
         model = entry.versions.get(number)
         if model is None:

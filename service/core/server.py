@@ -68,10 +68,17 @@ class InferenceServer:
         self._strict = strict_readiness
         self._cache = cache
         self._accepting = True
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def stop_accepting(self) -> None:
         """From now on readiness is false and new inferences are refused (shutdown)."""
         self._accepting = False
+
+    async def drain(self) -> None:
+        """Return once no inference is in flight."""
+        await self._idle.wait()
 
     def is_live(self) -> bool:
         return True
@@ -124,12 +131,13 @@ class InferenceServer:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         start = time.monotonic_ns()
-        try:
-            if not self._accepting:
-                raise Unavailable("Server is shutting down: new inference requests are refused")
-            model = self._models.get(request.model_name, request.model_version)
-        except ServerError as exc:
-            raise exc.with_request_id(request.id) from None
+        if not self._accepting:
+            raise Unavailable("Server is shutting down: new inference requests are refused")
+        # Like Triton, a request for an unknown model fails before it becomes a request:
+        # no id prefix on those errors.
+        model = self._models.get(request.model_name, request.model_version)
+        self._inflight += 1
+        self._idle.clear()
         try:
             outputs = await self._run(model, prepare_job(model, request), start)
         except ServerError as exc:
@@ -137,6 +145,10 @@ class InferenceServer:
             if isinstance(exc, Internal):
                 model.stats.record_backend_failure()
             raise exc.with_request_id(request.id) from None
+        finally:
+            self._inflight -= 1
+            if not self._inflight:
+                self._idle.set()
         return InferResponse(
             model_name=model.name,
             model_version=str(model.version),

@@ -62,11 +62,19 @@ def encode_parameters(target: Any, params: Mapping[str, ParameterValue]) -> None
             slot.string_param = value
 
 
-def _flat_contents(values: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+def _flat_contents(values: Any, dtype: np.dtype[Any], where: str) -> np.ndarray[Any, Any]:
     if dtype == np.object_:
         out = np.empty(len(values), dtype=np.object_)
         out[:] = list(values)
         return out
+    if dtype.kind in "iu" and dtype.itemsize < 8 and len(values):
+        wide = np.asarray(values, dtype=np.int64)
+        info = np.iinfo(dtype)
+        if wide.min() < info.min or wide.max() > info.max:
+            raise InvalidArgument(
+                f"{where} holds values outside the range of {dtype.name} [{info.min}, {info.max}]"
+            )
+        return wide.astype(dtype)
     return np.asarray(values, dtype=dtype)
 
 
@@ -87,7 +95,8 @@ def _decode_contents(request: pb.ModelInferRequest, tensor: Any) -> np.ndarray[A
                 else "this datatype can only be sent in raw_input_contents"
             )
         )
-    return _flat_contents(fields[0][1], dtype.numpy)
+    where = f"input '{tensor.name}' for model '{request.model_name}'"
+    return _flat_contents(fields[0][1], dtype.numpy, where)
 
 
 def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
@@ -128,15 +137,23 @@ def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
+# Room for what wraps a response on the wire: the stream message's field tag and length.
+_ENVELOPE_BYTES = 16
+
+
+def _too_large(model: str, size: int, max_bytes: int) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"response for model '{model}' is {size} bytes, more than the server's max message "
+        f"size {max_bytes}"
+    )
+
+
 def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelInferResponse:
-    """Raises ResourceExhausted when the outputs alone exceed the send limit."""
+    """Raises ResourceExhausted, naming the model, when the message would exceed the limit."""
     raw = [_raw(o.datatype, o.array) for o in response.outputs]
     size = sum(len(r) for r in raw)
     if size > max_bytes:
-        raise ResourceExhausted(
-            f"response for model '{response.model_name}' holds {size} bytes of outputs, more "
-            f"than the server's max message size {max_bytes}"
-        )
+        raise _too_large(response.model_name, size, max_bytes).with_request_id(response.id)
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
@@ -149,6 +166,10 @@ def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelIn
     )
     if response.parameters:
         encode_parameters(message.parameters, response.parameters)
+    if size + 65536 > max_bytes:  # only near the limit is the exact size worth computing
+        total = message.ByteSize() + _ENVELOPE_BYTES
+        if total > max_bytes:
+            raise _too_large(response.model_name, total, max_bytes).with_request_id(response.id)
     return message
 
 

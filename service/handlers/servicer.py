@@ -14,6 +14,7 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..core.server import InferenceServer
 from ..errors import ServerError, Unimplemented
+from ..types import InferRequest
 from .codec import (
     decode_infer_request,
     decode_load_request,
@@ -34,6 +35,14 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
+
+
+def _decode(request: pb.ModelInferRequest) -> InferRequest:
+    """Decoding faults carry the request id prefix too, as every other request error."""
+    try:
+        return decode_infer_request(request)
+    except ServerError as exc:
+        raise exc.with_request_id(request.id) from None
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -120,12 +129,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_response(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
         try:
-            response = await self._core.infer(decode_infer_request(request))
+            response = await self._core.infer(_decode(request))
             return pb.ModelStreamInferResponse(
                 infer_response=encode_infer_response(response, self._max_send)
             )
         except ServerError as exc:
-            message = exc.with_request_id(request.id).message
+            message = exc.message  # already carries the request id prefix where it belongs
         except Exception:
             log.exception("unhandled error in ModelStreamInfer")
             message = "internal error in ModelStreamInfer"

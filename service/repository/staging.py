@@ -52,6 +52,8 @@ class StagingArea:
 
     def stage(self, model_name: str, files: Mapping[str, bytes]) -> Path:
         """Write ``files`` under a new model directory and return it (blocking)."""
+        if model_name in ("", ".", "..") or any(c in model_name for c in "/\\\x00"):
+            raise StagingError(f"invalid model name '{model_name}' for staged files")
         paths = {_checked(name): data for name, data in files.items()}
         _check_no_conflicts(list(paths))
         if self._root is None:

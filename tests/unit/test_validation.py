@@ -575,11 +575,12 @@ async def test_infer_without_id_has_no_prefix() -> None:
     assert info.value.message == "inference request batch-size must be <= 8 for 'batched'"
 
 
-async def test_infer_unknown_model_gets_prefix() -> None:
+async def test_infer_unknown_model_has_no_prefix() -> None:
     server, _ = make_server(FakeScheduler())
     with pytest.raises(NotFound) as info:
         await server.infer(request(good_inputs(), model_name="ghost", id="7"))
-    assert info.value.message == "[request id: 7] Request for unknown model: 'ghost' is not found"
+    # As in Triton: the lookup fails before the request exists, so no id prefix.
+    assert info.value.message == "Request for unknown model: 'ghost' is not found"
 
 
 async def test_infer_scheduler_error_gets_prefix_and_keeps_class() -> None:
@@ -606,6 +607,6 @@ async def test_infer_after_stop_accepting_is_unavailable() -> None:
     with pytest.raises(Unavailable) as info:
         await server.infer(request(good_inputs(), id="late"))
     assert info.value.message == (
-        "[request id: late] Server is shutting down: new inference requests are refused"
+        "Server is shutting down: new inference requests are refused"
     )
     assert scheduler.jobs == []

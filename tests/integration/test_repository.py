@@ -1,0 +1,302 @@
+"""A repository of valid and broken models side by side, version policies, auto-complete and
+the GPU-to-CPU fallback, all through a real server.
+
+Broken models must not take the server down: they are reported not ready, and asking for
+them gives UNAVAILABLE with the reason the load failed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import models
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from integration_support import add_sub_inputs, assert_add_sub_serves, expect_error, running_server
+from server_process import SERVICE_PYTHON, ServerProcess
+from tritonclient.grpc import model_config_pb2 as mc
+
+ADD_SUB_IO = (
+    [("INPUT0", "FP32", [-1]), ("INPUT1", "FP32", [-1])],
+    [("OUTPUT0", "FP32", [-1]), ("OUTPUT1", "FP32", [-1])],
+)
+
+# model name -> a fragment of the reason it is unavailable
+BROKEN = {
+    "bad_config": "failed to parse config.pbtxt",
+    "garbage_onnx": "onnxruntime failed to load 'model.onnx'",
+    "missing_input": "unexpected input 'INPUTX' in config, the model's inputs are: INPUT0, INPUT1",
+    "wrong_dtype": "input 'INPUT0' has data type INT32 in config, but the model declares FP32",
+    "no_versions": "at least one version must be available under the version policy of model "
+    "'no_versions'",
+    "name_mismatch": "unexpected 'name' in config.pbtxt: expected 'name_mismatch', "
+    "got 'other_name'",
+}
+
+
+def _add_sub_config(name: str, extra: str = "", **kwargs: object) -> str:
+    return models.make_config(name, *ADD_SUB_IO, max_batch_size=8, extra=extra, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("mixed_repo")
+    add_sub = models.add_sub_model()
+
+    models.write_model(repo, "good", add_sub, _add_sub_config("good"))
+
+    models.write_model(
+        repo, "bad_config", add_sub, 'name: "bad_config"\nmax_batch_size: [ oops\ninput {\n'
+    )
+    models.write_model(
+        repo,
+        "garbage_onnx",
+        b"\x00this is not an onnx model\xff" * 8,
+        _add_sub_config("garbage_onnx"),
+    )
+    models.write_model(
+        repo,
+        "missing_input",
+        add_sub,
+        models.make_config(
+            "missing_input",
+            [("INPUT0", "FP32", [-1]), ("INPUTX", "FP32", [-1])],
+            ADD_SUB_IO[1],
+            max_batch_size=8,
+        ),
+    )
+    models.write_model(
+        repo,
+        "wrong_dtype",
+        add_sub,
+        models.make_config(
+            "wrong_dtype",
+            [("INPUT0", "INT32", [-1]), ("INPUT1", "FP32", [-1])],
+            ADD_SUB_IO[1],
+            max_batch_size=8,
+        ),
+    )
+    (repo / "no_versions").mkdir()
+    (repo / "no_versions" / "config.pbtxt").write_text(_add_sub_config("no_versions"))
+    models.write_model(repo, "name_mismatch", add_sub, _add_sub_config("other_name"))
+
+    policies = {
+        "vp_latest": "version_policy: { latest: { num_versions: 2 } }",
+        "vp_all": "version_policy: { all: { } }",
+        "vp_specific": "version_policy: { specific: { versions: [ 1, 3 ] } }",
+        "vp_default": "",
+    }
+    for name, policy in policies.items():
+        for version in (1, 2, 3):
+            models.write_model(repo, name, add_sub, _add_sub_config(name, policy), version)
+
+    # No config.pbtxt at all: everything comes from the ONNX file (batch dim symbolic).
+    models.write_model(repo, "auto", add_sub, None)
+
+    models.write_model(
+        repo, "gpu_model", add_sub, _add_sub_config("gpu_model", instance_kind="KIND_GPU")
+    )
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path) -> Iterator[ServerProcess]:
+    with running_server([repository], ["--strict-readiness=false"]) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    with grpcclient.InferenceServerClient(server.url) as c:
+        yield c
+
+
+def _check_add_sub(result: grpcclient.InferResult, a: np.ndarray, b: np.ndarray) -> None:
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+A = np.array([[1.0, 2.0, 3.0], [-4.0, 0.5, 8.0]], dtype=np.float32)
+B = np.array([[0.5, 0.5, 0.5], [1.0, 2.0, 3.0]], dtype=np.float32)
+
+
+# --- server and valid model ------------------------------------------------------------
+
+
+def test_server_up_despite_broken_models(client: grpcclient.InferenceServerClient) -> None:
+    assert client.is_server_live() is True
+    # --strict-readiness=false: ready although some models are unavailable.
+    assert client.is_server_ready() is True
+
+
+def test_valid_model_ready_and_serves(client: grpcclient.InferenceServerClient) -> None:
+    assert client.is_model_ready("good") is True
+    meta = client.get_model_metadata("good")
+    assert (meta.name, list(meta.versions), meta.platform) == ("good", ["1"], "onnxruntime_onnx")
+    result = client.infer("good", add_sub_inputs(A, B))
+    assert result.get_response().model_version == "1"
+    _check_add_sub(result, A, B)
+
+
+def test_strict_readiness_not_ready_with_unavailable_models(repository: Path) -> None:
+    # Strict readiness is the default.
+    with running_server([repository]) as strict, grpcclient.InferenceServerClient(strict.url) as c:
+        assert c.is_server_live() is True
+        assert c.is_server_ready() is False
+        # Not ready as a whole, yet the valid models still serve.
+        assert c.is_model_ready("good") is True
+        assert_add_sub_serves(c, "good")
+
+
+# --- broken models -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", list(BROKEN))
+def test_broken_model_unavailable_with_reason(
+    client: grpcclient.InferenceServerClient, model: str
+) -> None:
+    reason = BROKEN[model]
+    assert client.is_model_ready(model) is False
+    prefix = f"Request for unknown model: '{model}' has no available versions: "
+    for call in (
+        lambda: client.get_model_metadata(model),
+        lambda: client.get_model_config(model),
+        lambda: client.infer(model, add_sub_inputs(A, B)),
+    ):
+        error = expect_error(call, "UNAVAILABLE", contains=[reason])
+        assert error.message().startswith(prefix), error.message()
+    # ...and the valid model next to it keeps serving.
+    assert_add_sub_serves(client, "good")
+
+
+@pytest.mark.parametrize("model", ["garbage_onnx", "missing_input", "wrong_dtype"])
+def test_broken_version_names_the_version(
+    client: grpcclient.InferenceServerClient, model: str
+) -> None:
+    """Failures of one version folder (not of the config) say which version failed."""
+    error = expect_error(lambda: client.get_model_metadata(model), "UNAVAILABLE")
+    assert f"has no available versions: version 1: {BROKEN[model]}" in error.message()
+    error = expect_error(lambda: client.get_model_metadata(model, "1"), "UNAVAILABLE")
+    assert error.message().startswith(
+        f"Request for unknown model: '{model}' version 1 is not at ready state: "
+    )
+    assert BROKEN[model] in error.message()
+
+
+def test_name_mismatch_not_served_under_either_name(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    expect_error(
+        lambda: client.get_model_metadata("other_name"),
+        "NOT_FOUND",
+        "Request for unknown model: 'other_name' is not found",
+    )
+
+
+def test_broken_models_logged(server: ServerProcess) -> None:
+    for model, reason in BROKEN.items():
+        assert f"'{model}'" in server.log
+        assert reason in server.log, f"{model}: {reason!r} not in log"
+
+
+# --- version policies ----------------------------------------------------------------------
+
+POLICY_VERSIONS = {
+    "vp_latest": ["2", "3"],
+    "vp_all": ["1", "2", "3"],
+    "vp_specific": ["1", "3"],
+    "vp_default": ["3"],  # no policy: latest { num_versions: 1 }
+}
+
+
+@pytest.mark.parametrize("model", list(POLICY_VERSIONS))
+def test_version_policy(client: grpcclient.InferenceServerClient, model: str) -> None:
+    served = POLICY_VERSIONS[model]
+    assert list(client.get_model_metadata(model).versions) == served
+    assert client.is_model_ready(model) is True
+    for version in ("1", "2", "3"):
+        ready = client.is_model_ready(model, version)
+        assert ready is (version in served), (model, version)
+        if version in served:
+            result = client.infer(model, add_sub_inputs(A, B), model_version=version)
+            assert result.get_response().model_version == version
+            _check_add_sub(result, A, B)
+            assert list(client.get_model_metadata(model, version).versions) == served
+        else:
+            message = f"Request for unknown model: '{model}' version {version} is not found"
+            expect_error(
+                lambda v=version: client.infer(model, add_sub_inputs(A, B), model_version=v),
+                "NOT_FOUND",
+                message,
+            )
+            expect_error(
+                lambda v=version: client.get_model_metadata(model, v), "NOT_FOUND", message
+            )
+    # No version asked for: the highest served one answers.
+    result = client.infer(model, add_sub_inputs(A, B), model_version="")
+    assert result.get_response().model_version == served[-1]
+    _check_add_sub(result, A, B)
+
+
+# --- auto-complete without config.pbtxt ------------------------------------------------------
+
+
+def test_auto_complete_without_config(client: grpcclient.InferenceServerClient) -> None:
+    assert client.is_model_ready("auto") is True
+    config = client.get_model_config("auto").config
+    assert config.name == "auto"
+    assert config.platform == "onnxruntime_onnx"
+    assert config.backend == "onnxruntime"
+    assert config.max_batch_size == 4
+    assert [(t.name, mc.DataType.Name(t.data_type), list(t.dims)) for t in config.input] == [
+        ("INPUT0", "TYPE_FP32", [-1]),
+        ("INPUT1", "TYPE_FP32", [-1]),
+    ]
+    assert [(t.name, mc.DataType.Name(t.data_type), list(t.dims)) for t in config.output] == [
+        ("OUTPUT0", "TYPE_FP32", [-1]),
+        ("OUTPUT1", "TYPE_FP32", [-1]),
+    ]
+    meta = client.get_model_metadata("auto")
+    assert meta.platform == "onnxruntime_onnx"
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
+        ("INPUT0", "FP32", [-1, -1]),
+        ("INPUT1", "FP32", [-1, -1]),
+    ]
+    four_a, four_b = np.tile(A, (2, 1)), np.tile(B, (2, 1))
+    _check_add_sub(client.infer("auto", add_sub_inputs(four_a, four_b)), four_a, four_b)
+    five = np.ones((5, 2), dtype=np.float32)
+    expect_error(
+        lambda: client.infer("auto", add_sub_inputs(five, five)),
+        "INVALID_ARGUMENT",
+        "inference request batch-size must be <= 4 for 'auto'",
+    )
+
+
+# --- KIND_GPU on a machine (or onnxruntime build) without CUDA --------------------------------
+
+
+def _server_has_cuda_provider() -> bool:
+    out = subprocess.run(
+        [SERVICE_PYTHON, "-c", "import onnxruntime; print(onnxruntime.get_available_providers())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return "CUDAExecutionProvider" in out
+
+
+def test_gpu_instance_falls_back_to_cpu(
+    client: grpcclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    assert client.is_model_ready("gpu_model") is True
+    config = client.get_model_config("gpu_model").config
+    assert [mc.ModelInstanceGroup.Kind.Name(g.kind) for g in config.instance_group] == ["KIND_GPU"]
+    _check_add_sub(client.infer("gpu_model", add_sub_inputs(A, B)), A, B)
+    if _server_has_cuda_provider():
+        pytest.skip("the server's onnxruntime has CUDA: no CPU fallback warning to check")
+    warnings = [line for line in server.log.splitlines() if "gpu_model" in line and " W " in line]
+    assert any("CUDAExecutionProvider" in line for line in warnings), server.log
