@@ -109,7 +109,7 @@ class ModelManager:
                 raise ValueError(
                     "--load-model names models that no repository holds: " + ", ".join(unknown)
                 )
-            names = list(dict.fromkeys(self._startup_models))
+            names = _with_composing(list(dict.fromkeys(self._startup_models)), directories)
         for wave in _dependency_waves({n: directories[n] for n in names}):
             await asyncio.gather(*(self._replace(directories[n]) for n in wave))
 
@@ -154,7 +154,7 @@ class ModelManager:
                 f"failed to load '{name}': the 'config' parameter must be provided with "
                 "'file:' parameters, to serve as the model configuration"
             )
-        if (override is not None and override.platform == "ensemble") or files is None:
+        if not files or (override is not None and override.platform == "ensemble"):
             await self._load_composing(name, override)
         async with self._lock(name):
             if files:
@@ -404,19 +404,33 @@ class ModelManager:
             model.reason = model.reason or "unloaded"
 
 
+def _ensemble_calls(directory: ModelDirectory) -> list[str]:
+    """The models an ensemble folder's config calls ([] for anything else)."""
+    if directory.error:
+        return []
+    try:
+        config = read_config(directory)
+    except ConfigError:
+        return []
+    return composing_models(config) if config.platform == "ensemble" else []
+
+
+def _with_composing(names: list[str], directories: dict[str, ModelDirectory]) -> list[str]:
+    """``names`` plus every model their ensembles call, transitively."""
+    wanted = list(names)
+    for name in wanted:  # grows while iterating: a breadth-first closure
+        for called in _ensemble_calls(directories[name]):
+            if called in directories and called not in wanted:
+                wanted.append(called)
+    return wanted
+
+
 def _dependency_waves(directories: dict[str, ModelDirectory]) -> list[list[str]]:
     """Load order: models first, then ensembles once every model they call had its turn."""
-    calls: dict[str, set[str]] = {}
-    for name, directory in directories.items():
-        calls[name] = set()
-        if directory.error:
-            continue
-        try:
-            config = read_config(directory)
-        except ConfigError:
-            continue
-        if config.platform == "ensemble":
-            calls[name] = {m for m in composing_models(config) if m in directories and m != name}
+    calls = {
+        name: {m for m in _ensemble_calls(directory) if m in directories and m != name}
+        for name, directory in directories.items()
+    }
     waves: list[list[str]] = []
     done: set[str] = set()
     while len(done) < len(calls):
