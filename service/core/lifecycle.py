@@ -398,6 +398,7 @@ class ModelManager:
         for model in entry.versions.values():
             if model.scheduler is not None:
                 model.state = ModelState.UNLOADING
+                await model.wait_unleased()
                 await model.scheduler.stop()
                 model.scheduler = None
             model.state = ModelState.UNAVAILABLE

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from inference import model_config_pb2 as mc
@@ -62,6 +65,25 @@ class ModelVersion:
     inputs: dict[str, IOSpec] = field(default_factory=dict)
     outputs: dict[str, IOSpec] = field(default_factory=dict)
     stats: ModelStats = field(default_factory=ModelStats)
+    leases: int = 0  # requests that picked this version and have not finished
+    _unleased: asyncio.Event | None = field(default=None, repr=False)
+
+    @contextmanager
+    def lease(self) -> Iterator[None]:
+        """Held by a request from the moment it picks this version until it is answered,
+        so that a reload or unload retires the version only after every such request."""
+        self.leases += 1
+        try:
+            yield
+        finally:
+            self.leases -= 1
+            if not self.leases and self._unleased is not None:
+                self._unleased.set()
+
+    async def wait_unleased(self) -> None:
+        while self.leases:
+            self._unleased = asyncio.Event()
+            await self._unleased.wait()
 
     @property
     def ready(self) -> bool:

@@ -139,7 +139,8 @@ class InferenceServer:
         self._inflight += 1
         self._idle.clear()
         try:
-            outputs = await self._run(model, prepare_job(model, request), start)
+            with model.lease():
+                outputs = await self._run(model, prepare_job(model, request), start)
         except ServerError as exc:
             model.stats.record_failure(time.monotonic_ns() - start)
             if isinstance(exc, Internal):

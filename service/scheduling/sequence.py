@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from inference import model_config_pb2 as mc
 
 from ..backends.base import ModelInstance
@@ -30,6 +32,8 @@ from .sequence_tensors import build_sequence_inputs, control_specs, state_specs
 from .sequences import LiveSequence, SequenceTable
 
 __all__ = ["SequenceBatchScheduler"]
+
+_CORRID = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,7 @@ class SequenceBatchScheduler:
                 f"inference request to model '{self._name}' must specify a non-zero or "
                 "non-empty correlation ID"
             )
+        self._check_correlation_id(job.correlation_id)
         if self._batched and job.batch_size != 1:
             raise InvalidArgument(
                 f"inference request to sequence model '{self._name}' must have batch size 1, "
@@ -129,6 +134,25 @@ class SequenceBatchScheduler:
         finally:
             self._inflight -= 1
             self._owners.pop(id(job), None)
+
+    def _check_correlation_id(self, cid: int | str | None) -> None:
+        """The id must fit the CORRID control's type, or every row of its batch would fail."""
+        corrid = next((c for c in self._controls if c.kind == _CORRID), None)
+        if corrid is None:
+            return
+        if corrid.dtype == np.object_:
+            if not isinstance(cid, str):
+                raise InvalidArgument(
+                    f"inference request to model '{self._name}' must use a string sequence "
+                    f"ID: its CORRID control is TYPE_STRING, got {cid!r}"
+                )
+            return
+        info = np.iinfo(corrid.dtype)
+        if not isinstance(cid, int) or not info.min <= cid <= info.max:
+            raise InvalidArgument(
+                f"sequence ID {cid!r} for model '{self._name}' does not fit its CORRID control "
+                f"of type {corrid.dtype.name} [{info.min}, {info.max}]"
+            )
 
     async def _run(self) -> None:
         while True:
@@ -208,8 +232,12 @@ class SequenceBatchScheduler:
         return rows, None
 
     def _key(self, job: Job) -> tuple[object, ...]:
+        """Rows share an execution only when inputs and states agree in shape."""
         sequence = self._sequence_of(job)
-        states = tuple(a.shape for a in sequence.states) if sequence and sequence.states else ()
+        if sequence is not None and sequence.states is not None:
+            states = tuple(a.shape for a in sequence.states)
+        else:
+            states = tuple(spec.initial.shape for spec in self._states)
         return (job.shape_key(), states)
 
     def _sequence_of(self, job: Job) -> LiveSequence | None:

@@ -160,7 +160,13 @@ def build_sequence_inputs(
         values = [_control_value(spec, job) for job in rows]
         inputs[spec.name] = _shaped(values, spec.dtype, declared.get(spec.name, [-1]), batched)
     for index, state_spec in enumerate(state_specs_):
-        per_row = [s[index] if s is not None else state_spec.initial for s in states]
+        # Empty slots get zeros shaped like the real rows' state (which may have grown).
+        real = next((st[index] for job, st in zip(rows, states, strict=True) if job and st), None)
+        filler = np.zeros_like(real) if real is not None else state_spec.initial
+        per_row = [
+            st[index] if st is not None else (state_spec.initial if job else filler)
+            for job, st in zip(rows, states, strict=True)
+        ]
         if not batched:
             inputs[state_spec.input_name] = per_row[0]
             continue

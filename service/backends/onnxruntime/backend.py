@@ -59,6 +59,12 @@ def _session_options(config: mc.ModelConfig, spec: InstanceSpec) -> ort.SessionO
         config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     )
     options.log_severity_level = 3
+    # Spinning worker threads burn a core between runs; the event loop needs it more.
+    spin = "1" if config.parameters["allow_spinning"].string_value == "true" else "0"
+    if "allow_spinning" not in config.parameters:
+        spin = "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     return options
 
 

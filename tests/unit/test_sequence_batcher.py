@@ -1,0 +1,609 @@
+"""The sequence batcher's parts: SequenceTable bookkeeping, control and state tensors, and
+the driver itself over fake instances (no ONNX runtime involved)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from inference import model_config_pb2 as mc
+from service.backends.base import InstanceSpec
+from service.errors import InvalidArgument
+from service.repository.completion import ModelSignature
+from service.scheduling.base import Job
+from service.scheduling.instances import InstancePool, InstanceWorker
+from service.scheduling.sequence import SequenceBatchScheduler
+from service.scheduling.sequence_tensors import (
+    build_sequence_inputs,
+    control_specs,
+    state_specs,
+)
+from service.scheduling.sequences import SequenceTable
+from service.statistics import ModelStats
+
+START_FLAG = "must specify the START flag"
+
+
+def job(
+    cid: int | str | None,
+    start: bool = False,
+    end: bool = False,
+    value: int = 0,
+    rows: int = 1,
+) -> Job:
+    return Job(
+        {"INPUT": np.full((rows, 1), value, dtype=np.int32)},
+        ["OUTPUT"],
+        rows,
+        correlation_id=cid,
+        sequence_start=start,
+        sequence_end=end,
+    )
+
+
+# ----------------------------------------------------------------------------- SequenceTable
+
+
+def test_new_sequences_spread_over_instances() -> None:
+    table = SequenceTable("m", instances=2, capacity=2, idle_ns=0)
+    placed = [table.accept(job(cid, start=True), 0) for cid in (1, 2, 3, 4)]
+    assert [(s.instance, s.slot) for s in placed] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert table.rooms(0) == [placed[0], placed[2]]
+    assert table.rooms(1) == [placed[1], placed[3]]
+    assert len(table) == 4
+    assert all(s.head is not None for s in placed)
+
+
+def test_placement_prefers_the_instance_with_most_free_rooms() -> None:
+    table = SequenceTable("m", instances=3, capacity=2, idle_ns=0)
+    a, b, c = (table.accept(job(cid, start=True), 0) for cid in (1, 2, 3))
+    assert [s.instance for s in (a, b, c)] == [0, 1, 2]
+    table.release(b)
+    d = table.accept(job(4, start=True), 0)
+    assert (d.instance, d.slot) == (1, 0)  # instance 1 has two free rooms again
+
+
+def test_full_table_backlog_is_fifo_and_release_promotes_the_oldest() -> None:
+    table = SequenceTable("m", instances=2, capacity=2, idle_ns=0)
+    live = {cid: table.accept(job(cid, start=True), 0) for cid in (1, 2, 3, 4)}
+    waiting = [table.accept(job(cid, start=True), 0) for cid in (5, 6, 7)]
+    assert all(s.instance is None and s.head is None for s in waiting)
+    assert table.backlog_count() == 3
+    assert table.pending_count() == 7
+
+    live[2].pending.clear()
+    table.release(live[2])  # (1, 0) frees: sequence 5 takes it
+    assert (waiting[0].instance, waiting[0].slot) == (1, 0)
+    assert waiting[0].head is not None
+    live[1].pending.clear()
+    table.release(live[1])  # (0, 0) frees: sequence 6
+    assert (waiting[1].instance, waiting[1].slot) == (0, 0)
+    assert waiting[2].instance is None
+    assert table.backlog_count() == 1
+    assert 2 not in {s.cid for s in table.sequences()}
+
+
+def test_backlogged_sequence_collects_its_requests_in_order() -> None:
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=0)
+    first = table.accept(job(1, start=True), 0)
+    queued = table.accept(job(2, start=True, value=10), 0)
+    table.accept(job(2, value=11), 0)
+    table.accept(job(2, value=12, end=True), 0)
+    assert table.backlog_count() == 3
+    assert queued.ending
+    first.pending.clear()
+    table.release(first)
+    assert queued.instance == 0
+    assert [int(j.inputs["INPUT"][0, 0]) for j in queued.pending] == [10, 11, 12]
+    assert queued.head is queued.pending[0]
+
+
+def test_releasing_a_backlogged_sequence_drops_it_from_the_backlog() -> None:
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=0)
+    first = table.accept(job(1, start=True), 0)
+    gone = table.accept(job(2, start=True), 0)
+    kept = table.accept(job(3, start=True), 0)
+    gone.pending.clear()
+    table.release(gone)
+    assert table.backlog_count() == 1
+    first.pending.clear()
+    table.release(first)
+    assert kept.instance == 0 and gone.instance is None
+    assert {s.cid for s in table.sequences()} == {3}
+
+
+def test_accept_errors() -> None:
+    table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
+    with pytest.raises(InvalidArgument, match=START_FLAG) as info:
+        table.accept(job(9), 0)
+    assert "9" in str(info.value) and "'acc'" in str(info.value)
+    sequence = table.accept(job(9, start=True), 0)
+    with pytest.raises(InvalidArgument, match="still active"):
+        table.accept(job(9, start=True), 0)
+    assert len(sequence.pending) == 1  # the refused START changed nothing
+    table.accept(job(9, end=True), 0)
+    with pytest.raises(InvalidArgument, match=START_FLAG):
+        table.accept(job(9), 0)  # after END only a new START is accepted
+    sequence.pending.clear()
+    table.release(sequence)
+    again = table.accept(job(9, start=True), 0)
+    assert again is not sequence and again.states is None
+
+
+def test_string_and_integer_ids() -> None:
+    table = SequenceTable("m", instances=1, capacity=4, idle_ns=0)
+    a = table.accept(job("seq-a", start=True), 0)
+    b = table.accept(job("seq-b", start=True), 0)
+    assert a is not b
+    assert table.accept(job("seq-a"), 1) is a
+    with pytest.raises(InvalidArgument, match=START_FLAG):
+        table.accept(job("seq-c"), 0)
+
+
+def test_expire_idle_releases_only_idle_sequences() -> None:
+    table = SequenceTable("m", instances=1, capacity=2, idle_ns=100)
+    busy = table.accept(job(1, start=True), 0)  # still has a pending request
+    running = table.accept(job(2, start=True), 0)
+    running.pending.clear()
+    running.executing = True
+    waiting = table.accept(job(3, start=True), 0)  # backlog, with a pending request
+    assert table.expire_idle(1_000) == []
+    assert table.next_idle_deadline() is None
+
+    running.executing = False
+    running.last_ns = 500
+    assert table.next_idle_deadline() == 600
+    assert table.expire_idle(599) == []
+    assert table.expire_idle(600) == [running]
+    assert waiting.instance == 0  # the idle sequence's room went to the backlog
+    assert {s.cid for s in table.sequences()} == {1, 3}
+    assert busy.instance == 0
+    with pytest.raises(InvalidArgument, match=START_FLAG):
+        table.accept(job(2), 700)
+
+
+def test_expire_idle_disabled_with_zero_timeout() -> None:
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=0)
+    sequence = table.accept(job(1, start=True), 0)
+    sequence.pending.clear()
+    assert table.expire_idle(10**18) == []
+    assert table.next_idle_deadline() is None
+
+
+def test_accept_refreshes_last_activity_and_busy() -> None:
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=100)
+    sequence = table.accept(job(1, start=True), 10)
+    assert table.busy()
+    sequence.pending.clear()
+    assert not table.busy()
+    table.accept(job(1), 90)
+    sequence.pending.clear()
+    assert sequence.last_ns == 90
+    assert table.expire_idle(150) == []
+    assert table.expire_idle(190) == [sequence]
+
+
+# ----------------------------------------------------------------------------- control specs
+
+
+def batching(text: str) -> mc.ModelSequenceBatching:
+    return text_format.Parse(text, mc.ModelSequenceBatching())
+
+
+CONTROLS = """
+control_input [
+  { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] },
+  { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 10, 20 ] } ] },
+  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+  { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+]
+"""
+
+
+def test_control_specs_types_and_values() -> None:
+    specs = {s.name: s for s in control_specs(batching(CONTROLS))}
+    assert specs["START"].dtype == np.float32
+    assert (specs["START"].false_value, specs["START"].true_value) == (0, 1)
+    assert specs["END"].dtype == np.int32
+    assert (specs["END"].false_value, specs["END"].true_value) == (10, 20)
+    assert specs["READY"].dtype == np.bool_
+    assert (specs["READY"].false_value, specs["READY"].true_value) == (False, True)
+    assert specs["CORRID"].dtype == np.uint64
+
+
+@pytest.mark.parametrize(
+    ("config_type", "dtype"),
+    [
+        ("TYPE_UINT64", np.uint64),
+        ("TYPE_INT64", np.int64),
+        ("TYPE_UINT32", np.uint32),
+        ("TYPE_INT32", np.int32),
+        ("TYPE_STRING", np.object_),
+    ],
+)
+def test_corrid_types(config_type: str, dtype: type) -> None:
+    text = (
+        'control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID '
+        f"data_type: {config_type} }} ] }} ]"
+    )
+    (spec,) = control_specs(batching(text))
+    assert spec.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        "{ kind: CONTROL_SEQUENCE_START }",
+        "{ kind: CONTROL_SEQUENCE_END fp32_false_true: [ 1 ] }",
+        "{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1, 2 ] }",
+        "{ kind: CONTROL_SEQUENCE_CORRID }",
+    ],
+)
+def test_incomplete_controls_are_value_errors(control: str) -> None:
+    with pytest.raises(ValueError, match="'X'"):
+        control_specs(batching(f'control_input [ {{ name: "X" control [ {control} ] }} ]'))
+
+
+# ----------------------------------------------------------------------------- control tensors
+
+
+def test_control_tensors_per_slot_batched() -> None:
+    """Rows are slots: a None row is an empty slot (zeros, READY false, CORRID 0). Each
+    control takes the shape the model declares, [-1, 1] or [-1]."""
+    controls = control_specs(batching(CONTROLS))
+    rows = [job(7, start=True, value=3), None, job(9, end=True, value=4)]
+    declared = {"START": [-1, 1], "END": [-1], "READY": [-1, 1], "CORRID": [-1]}
+    inputs = build_sequence_inputs(rows, [None] * 3, controls, [], declared, batched=True)
+    np.testing.assert_array_equal(inputs["INPUT"], [[3], [0], [4]])
+    assert inputs["INPUT"].dtype == np.int32
+    assert inputs["START"].dtype == np.float32
+    np.testing.assert_array_equal(inputs["START"], [[1.0], [0.0], [0.0]])
+    assert inputs["END"].shape == (3,) and inputs["END"].dtype == np.int32
+    np.testing.assert_array_equal(inputs["END"], [10, 10, 20])
+    assert inputs["READY"].dtype == np.bool_
+    np.testing.assert_array_equal(inputs["READY"], [[True], [False], [True]])
+    assert inputs["CORRID"].dtype == np.uint64
+    np.testing.assert_array_equal(inputs["CORRID"], [7, 0, 9])
+
+
+def test_undeclared_control_defaults_to_one_dimension() -> None:
+    (spec,) = control_specs(
+        batching(
+            'control_input [ { name: "S" control [ '
+            "{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]"
+        )
+    )
+    inputs = build_sequence_inputs([job(1, start=True)], [None], [spec], [], {}, batched=True)
+    np.testing.assert_array_equal(inputs["S"], [1])
+
+
+def test_start_and_end_in_one_request() -> None:
+    controls = control_specs(batching(CONTROLS))
+    declared = {n: [-1, 1] for n in ("START", "END", "READY", "CORRID")}
+    inputs = build_sequence_inputs(
+        [job(5, start=True, end=True)], [None], controls, [], declared, batched=True
+    )
+    assert inputs["START"][0, 0] == 1.0 and inputs["END"][0, 0] == 20
+    assert bool(inputs["READY"][0, 0])
+
+
+def test_string_corrid_is_bytes_and_empty_for_dummy_rows() -> None:
+    (spec,) = control_specs(
+        batching(
+            'control_input [ { name: "CORRID" control [ '
+            "{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]"
+        )
+    )
+    rows = [job("abc", start=True), None, job(42)]
+    inputs = build_sequence_inputs(rows, [None] * 3, [spec], [], {"CORRID": [-1, 1]}, True)
+    corrid = inputs["CORRID"]
+    assert corrid.dtype == np.object_ and corrid.shape == (3, 1)
+    assert corrid[:, 0].tolist() == [b"abc", b"", b"42"]
+
+
+def test_custom_false_true_values_and_dummy_rows() -> None:
+    (spec,) = control_specs(
+        batching(
+            'control_input [ { name: "READY" control [ '
+            "{ kind: CONTROL_SEQUENCE_READY fp32_false_true: [ -1, 2.5 ] } ] } ]"
+        )
+    )
+    inputs = build_sequence_inputs(
+        [None, job(1), None], [None] * 3, [spec], [], {"READY": [-1, 1]}, True
+    )
+    np.testing.assert_array_equal(inputs["READY"], [[-1.0], [2.5], [-1.0]])
+
+
+def test_unbatched_model_controls() -> None:
+    """max_batch_size 0: one row, shaped as declared ([1] or a scalar), inputs untouched."""
+    controls = control_specs(batching(CONTROLS))
+    row = Job(
+        {"INPUT": np.array([5], dtype=np.int32)},
+        ["OUTPUT"],
+        0,
+        correlation_id=3,
+        sequence_start=True,
+    )
+    declared = {"START": [1], "END": [], "READY": [1, 1], "CORRID": [1]}
+    inputs = build_sequence_inputs([row], [None], controls, [], declared, batched=False)
+    assert inputs["INPUT"] is row.inputs["INPUT"]
+    assert inputs["START"].shape == (1,) and inputs["START"][0] == 1.0
+    assert inputs["END"].shape == () and int(inputs["END"]) == 10
+    assert inputs["READY"].shape == (1, 1) and bool(inputs["READY"][0, 0])
+    assert inputs["CORRID"].shape == (1,) and int(inputs["CORRID"][0]) == 3
+
+
+# ----------------------------------------------------------------------------- state specs
+
+
+def _state(extra: str = "", dims: str = "[ -1 ]", data_type: str = "TYPE_INT32") -> str:
+    return (
+        f'state [ {{ input_name: "IN_S" output_name: "OUT_S" data_type: {data_type} '
+        f"dims: {dims} {extra} }} ]"
+    )
+
+
+def test_default_initial_state_is_zeros_with_variable_dims_as_one(tmp_path: Path) -> None:
+    (spec,) = state_specs(batching(_state(dims="[ -1, 3 ]", data_type="TYPE_FP32")), tmp_path)
+    assert (spec.input_name, spec.output_name) == ("IN_S", "OUT_S")
+    assert spec.dtype == np.float32
+    assert spec.initial.shape == (1, 3) and spec.initial.dtype == np.float32
+    assert not spec.initial.any()
+
+
+def test_zero_data_initial_state(tmp_path: Path) -> None:
+    extra = 'initial_state: { data_type: TYPE_INT32 dims: [ 4 ] zero_data: true name: "z" }'
+    (spec,) = state_specs(batching(_state(extra)), tmp_path)
+    assert spec.initial.shape == (4,) and spec.initial.dtype == np.int32
+    assert not spec.initial.any()
+
+
+def test_initial_state_from_data_file(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    values = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32)
+    (tmp_path / "initial_state" / "init.bin").write_bytes(values.tobytes())
+    extra = 'initial_state: { data_type: TYPE_INT32 dims: [ 2, 3 ] data_file: "init.bin" }'
+    (spec,) = state_specs(batching(_state(extra, dims="[ -1, -1 ]")), tmp_path)
+    np.testing.assert_array_equal(spec.initial, values)
+    assert spec.initial.flags.writeable  # a copy, not a view of the file bytes
+
+
+def test_initial_state_file_of_the_wrong_size(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "init.bin").write_bytes(b"\0" * 12)
+    extra = 'initial_state: { data_type: TYPE_INT32 dims: [ 2 ] data_file: "init.bin" }'
+    with pytest.raises(ValueError, match="12 bytes, expected 8"):
+        state_specs(batching(_state(extra)), tmp_path)
+
+
+def test_missing_initial_state_file(tmp_path: Path) -> None:
+    extra = 'initial_state: { data_type: TYPE_INT32 dims: [ 1 ] data_file: "nope.bin" }'
+    with pytest.raises(ValueError, match="IN_S"):
+        state_specs(batching(_state(extra)), tmp_path)
+
+
+# ----------------------------------------------------------------------------- state tensors
+
+
+def test_state_rows_initial_for_new_sequences_and_carried_otherwise(tmp_path: Path) -> None:
+    extra = 'initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "z" }'
+    specs = state_specs(batching(_state(extra, dims="[ 1 ]")), tmp_path)
+    rows = [job(1, start=True), job(2), job(3)]
+    states = [None, [np.array([41], dtype=np.int32)], [np.array([-3], dtype=np.int32)]]
+    inputs = build_sequence_inputs(rows, states, [], specs, {}, batched=True)
+    np.testing.assert_array_equal(inputs["IN_S"], [[0], [41], [-3]])
+    assert inputs["IN_S"].dtype == np.int32
+
+
+def test_state_for_unbatched_model(tmp_path: Path) -> None:
+    specs = state_specs(batching(_state(dims="[ 2 ]")), tmp_path)
+    row = Job({"INPUT": np.array([5], dtype=np.int32)}, ["OUTPUT"], 0, correlation_id=1)
+    carried = np.array([7, 8], dtype=np.int32)
+    inputs = build_sequence_inputs([row], [[carried]], [], specs, {}, batched=False)
+    np.testing.assert_array_equal(inputs["IN_S"], [7, 8])
+    start = build_sequence_inputs([row], [None], [], specs, {}, batched=False)
+    np.testing.assert_array_equal(start["IN_S"], [0, 0])
+
+
+def test_empty_slot_beside_a_grown_variable_state(tmp_path: Path) -> None:
+    """State dims [-1]: a sequence's state may grow past the initial shape [1]. An empty
+    slot (Direct) in the same execution needs a dummy state of the batch's shape; a dummy
+    row of the initial shape cannot be stacked with it."""
+    specs = state_specs(batching(_state(dims="[ -1 ]")), tmp_path)
+    rows = [None, job(2, value=6)]
+    states = [None, [np.array([0, 5], dtype=np.int32)]]
+    inputs = build_sequence_inputs(rows, states, [], specs, {}, batched=True)
+    assert inputs["IN_S"].shape == (2, 2)
+    np.testing.assert_array_equal(inputs["IN_S"][1], [0, 5])
+    np.testing.assert_array_equal(inputs["IN_S"][0], [0, 0])
+
+
+# ----------------------------------------------------------------------------- the driver
+
+
+class Accumulator:
+    """A fake stateful instance: OUTPUT_STATE = INPUT (+ INPUT_STATE unless START), and it
+    records every execution's inputs."""
+
+    def __init__(self, name: str, log: list[dict[str, Any]]) -> None:
+        self.spec = InstanceSpec(name=name, kind="KIND_CPU", device_id=0, threads=1)
+        self.log = log
+        self._lock = threading.Lock()
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        with self._lock:
+            self.log.append(
+                {"instance": self.spec.name, **{k: v.copy() for k, v in inputs.items()}}
+            )
+        total = np.where(
+            inputs["START"].astype(bool), inputs["INPUT"], inputs["INPUT"] + inputs["INPUT_STATE"]
+        )
+        return {"OUTPUT": total, "OUTPUT_STATE": total}
+
+    def signature(self) -> ModelSignature:
+        return ModelSignature(inputs=[], outputs=[])
+
+    def close(self) -> None:
+        pass
+
+
+def make_scheduler(
+    extra: str = "", max_batch_size: int = 2, instances: int = 1, corrid: str = "TYPE_UINT64"
+) -> tuple[SequenceBatchScheduler, list[dict[str, Any]], ModelStats]:
+    config = text_format.Parse(
+        f'name: "acc" max_batch_size: {max_batch_size} sequence_batching {{ {extra} '
+        'control_input [ { name: "START" control [ '
+        "{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }, "
+        '{ name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },'
+        ' { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID '
+        f"data_type: {corrid} }} ] }} ] "
+        'state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" '
+        "data_type: TYPE_INT32 dims: [ 1 ] } ] }",
+        mc.ModelConfig(),
+    )
+    log: list[dict[str, Any]] = []
+    pool = InstancePool([InstanceWorker(Accumulator(f"acc_{i}", log)) for i in range(instances)])
+    stats = ModelStats()
+    declared = {"START": [-1, 1], "READY": [-1, 1], "CORRID": [-1, 1], "INPUT_STATE": [-1, 1]}
+    return SequenceBatchScheduler(config, pool, stats, declared, Path(".")), log, stats
+
+
+@pytest.fixture(autouse=True)
+def no_test_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITONSERVER_DELAY_SCHEDULER", raising=False)
+    monkeypatch.delenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", raising=False)
+
+
+async def _value(scheduler: SequenceBatchScheduler, request: Job) -> int:
+    return int((await scheduler.submit(request)).outputs["OUTPUT"][0, 0])
+
+
+async def test_driver_sums_interleaved_sequences_with_backlog() -> None:
+    scheduler, log, stats = make_scheduler(instances=2)
+    try:
+
+        async def run(cid: int, values: list[int]) -> list[int]:
+            out = []
+            for i, v in enumerate(values):
+                request = job(cid, start=i == 0, end=i == len(values) - 1, value=v)
+                out.append(await _value(scheduler, request))
+            return out
+
+        rng = np.random.default_rng(3)
+        values = {cid: [int(v) for v in rng.integers(-9, 9, 6)] for cid in range(1, 8)}
+        got = await asyncio.gather(*(run(cid, vals) for cid, vals in values.items()))
+    finally:
+        await scheduler.stop()
+    for (cid, vals), out in zip(values.items(), got, strict=True):
+        assert out == np.cumsum(vals).tolist(), cid
+    assert stats.inference_count == 42
+    for execution in log:  # READY marks exactly the rows with a request (CORRID != 0)
+        np.testing.assert_array_equal(
+            execution["READY"][:, 0], (execution["CORRID"][:, 0] != 0).astype(np.int32)
+        )
+
+
+async def test_driver_direct_empty_slot_is_a_zero_row() -> None:
+    scheduler, log, _ = make_scheduler()
+    try:
+        await scheduler.submit(job(1, start=True, value=1))  # slot 0
+        await scheduler.submit(job(2, start=True, value=2))  # slot 1
+        await scheduler.submit(job(1, end=True, value=1))  # slot 0 frees
+        assert await _value(scheduler, job(2, value=5)) == 7
+    finally:
+        await scheduler.stop()
+    last = log[-1]
+    np.testing.assert_array_equal(last["READY"], [[0], [1]])
+    np.testing.assert_array_equal(last["CORRID"], [[0], [2]])
+    np.testing.assert_array_equal(last["INPUT"], [[0], [5]])
+    np.testing.assert_array_equal(last["START"], [[0], [0]])
+
+
+async def test_driver_continuing_and_starting_sequences_share_an_execution() -> None:
+    """The spec's Direct example: slot 0 holds a continuing sequence, slot 1 a new one; both
+    requests are there, so one batch-size 2 execution runs with START [0, 1], READY [1, 1].
+    With implicit state the new sequence's (initial) state has the same shape [1] as the
+    continuing one's, so nothing keeps them apart."""
+    scheduler, log, _ = make_scheduler()
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4
+        both = [
+            asyncio.create_task(_value(scheduler, job(1, value=5))),
+            asyncio.create_task(_value(scheduler, job(2, start=True, value=7))),
+        ]
+        assert await asyncio.gather(*both) == [9, 7]
+    finally:
+        await scheduler.stop()
+    assert len(log) == 2, [e["CORRID"][:, 0].tolist() for e in log]
+    np.testing.assert_array_equal(log[1]["CORRID"], [[1], [2]])
+    np.testing.assert_array_equal(log[1]["START"], [[0], [1]])
+    np.testing.assert_array_equal(log[1]["READY"], [[1], [1]])
+    np.testing.assert_array_equal(log[1]["INPUT_STATE"], [[4], [0]])
+
+
+async def test_driver_oldest_never_batches_two_requests_of_one_sequence() -> None:
+    scheduler, log, _ = make_scheduler("oldest { max_candidate_sequences: 4 }", max_batch_size=4)
+    try:
+        requests = [
+            job(1, start=True, value=1),
+            job(1, value=2),
+            job(1, value=3, end=True),
+            job(2, start=True, value=10, end=True),
+        ]
+        tasks = [asyncio.create_task(_value(scheduler, r)) for r in requests]
+        results = await asyncio.gather(*tasks)
+    finally:
+        await scheduler.stop()
+    assert results == [1, 3, 6, 10]
+    batches = [sorted(e["CORRID"][:, 0].tolist()) for e in log]
+    assert batches == [[1, 2], [1], [1]]
+
+
+async def test_driver_refuses_bad_requests() -> None:
+    scheduler, _, _ = make_scheduler()
+    try:
+        with pytest.raises(InvalidArgument, match="correlation ID"):
+            await scheduler.submit(job(None, start=True))
+        with pytest.raises(InvalidArgument, match="correlation ID"):
+            await scheduler.submit(job(0, start=True))
+        with pytest.raises(InvalidArgument, match="correlation ID"):
+            await scheduler.submit(job("", start=True))
+        with pytest.raises(InvalidArgument, match="batch size 1"):
+            await scheduler.submit(job(5, start=True, rows=2))
+        with pytest.raises(InvalidArgument, match=START_FLAG):
+            await scheduler.submit(job(5))  # the refused batch-2 START registered nothing
+        assert scheduler.inflight == 0
+    finally:
+        await scheduler.stop()
+
+
+async def test_driver_refuses_string_id_for_integer_corrid() -> None:
+    """CORRID is UINT64: a string id cannot be fed to the model. It must be refused when
+    submitted (INVALID_ARGUMENT), not fail inside the execution with a numpy error."""
+    scheduler, _, _ = make_scheduler()
+    try:
+        with pytest.raises(InvalidArgument):
+            await scheduler.submit(job("abc", start=True, end=True))
+    finally:
+        await scheduler.stop()
+
+
+async def test_driver_releases_idle_sequences() -> None:
+    scheduler, _, _ = make_scheduler("max_sequence_idle_microseconds: 50000", max_batch_size=1)
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4
+        # One slot: sequence 2 waits until sequence 1 idles out (no END ever comes).
+        assert await asyncio.wait_for(_value(scheduler, job(2, start=True, value=3)), 5) == 3
+        await asyncio.sleep(0.15)
+        with pytest.raises(InvalidArgument, match=START_FLAG):
+            await scheduler.submit(job(1, value=1))
+        assert await _value(scheduler, job(1, start=True, value=8)) == 8
+    finally:
+        await scheduler.stop()
