@@ -1,0 +1,276 @@
+"""Closed-loop gRPC load generator for ModelInfer (grpc.aio and the generated stub).
+
+Closed loop: C workers each send their next request only when the previous one returned, so
+the offered load follows the server and latency is never inflated by a client-side backlog.
+Requests completing in [warm-up end, warm-up end + duration] are counted; a hard cap on the
+requests sent bounds every run whatever the server does. With ``--processes N`` the workers
+are split over N spawned processes, each with its own channel, so that one client interpreter
+is not the bottleneck. ModelStatistics is read at both ends of the window to get the mean
+executed batch size; a server without the statistics extension gives "n/a".
+
+    .venv/bin/python loadtest/loadgen.py --url 127.0.0.1:8001 --model NAME --concurrency 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+from loadresult import ClientReport, LoadResult, LoadSpec, Observed, Timeline, merge_reports
+from metrics import machine_busy_seconds, process_cpu_seconds
+from payloads import batch_of, infer_request, specs_from_metadata, synthesize
+
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+
+__all__ = ["LoadResult", "LoadSpec", "build_request", "run_load"]
+
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+READY_TIMEOUT_S = 60.0  # spawned clients must connect within this
+
+
+def _channel(url: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(url, options=CHANNEL_OPTIONS)
+
+
+async def build_request(
+    stub: pb_grpc.GRPCInferenceServiceStub, spec: LoadSpec
+) -> tuple[pb.ModelInferRequest, int]:
+    """Request synthesized from the served signature, and the inferences it carries."""
+    meta = await stub.ModelMetadata(pb.ModelMetadataRequest(name=spec.model), timeout=10)
+    specs = specs_from_metadata(meta)
+    tensors = synthesize(specs, batch=spec.batch, dynamic_dim=spec.dynamic_dim)
+    return infer_request(spec.model, tensors), batch_of(specs, spec.batch)
+
+
+async def _sleep_until(wall: float) -> None:
+    await asyncio.sleep(max(0.0, wall - time.time()))
+
+
+async def _drive(
+    stub: pb_grpc.GRPCInferenceServiceStub,
+    request: pb.ModelInferRequest,
+    concurrency: int,
+    cap: int,
+    timeline: Timeline,
+    rpc_timeout: float,
+) -> ClientReport:
+    """Run ``concurrency`` closed-loop workers until the window ends or ``cap`` is sent."""
+    report = ClientReport()
+    offset = time.perf_counter() - time.time()  # wall -> perf_counter
+    ws, we = timeline.window_start + offset, timeline.window_end + offset
+
+    async def worker() -> None:
+        while (t0 := time.perf_counter()) < we:
+            if report.sent >= cap:
+                report.capped = True
+                return
+            report.sent += 1
+            code = ""
+            try:
+                await stub.ModelInfer(request, timeout=rpc_timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code().name
+                report.first_error = report.first_error or f"{code}: {exc.details()}"
+            t1 = time.perf_counter()
+            if ws <= t1 <= we:
+                if code:
+                    report.errors[code] += 1
+                else:
+                    report.latencies_ms.append((t1 - t0) * 1e3)
+                report.last_done = max(report.last_done, t1 - offset)
+
+    async def cpu_sampler() -> None:
+        await _sleep_until(timeline.window_start)
+        before = time.process_time()
+        await _sleep_until(timeline.window_end)
+        report.cpu_s = time.process_time() - before
+
+    await asyncio.gather(cpu_sampler(), *(worker() for _ in range(concurrency)))
+    return report
+
+
+async def _read_counts(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> tuple[int, int]:
+    """(inference_count, execution_count) summed over versions; raises AioRpcError."""
+    reply = await stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
+    stats = list(reply.model_stats)
+    return sum(s.inference_count for s in stats), sum(s.execution_count for s in stats)
+
+
+async def _observe(
+    stub: pb_grpc.GRPCInferenceServiceStub, spec: LoadSpec, timeline: Timeline
+) -> Observed:
+    """What the server and the machine did over the window (stats and CPU use)."""
+    counts: list[tuple[int, int]] = []
+    server: list[float | None] = []
+    machine: list[float | None] = []
+    note = ""
+    for instant in (timeline.window_start, timeline.window_end):
+        await _sleep_until(instant)
+        machine.append(machine_busy_seconds())
+        server.append(process_cpu_seconds(spec.server_pid) if spec.server_pid else None)
+        if note:
+            continue
+        try:
+            counts.append(await _read_counts(stub, spec.model))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            note = "n/a (ModelStatistics: UNIMPLEMENTED)"
+    span = timeline.window_end - timeline.window_start
+
+    def rate(pair: list[float | None]) -> float | None:
+        a, b = pair
+        return None if a is None or b is None else (b - a) / span
+
+    mean_batch = None
+    if not note:
+        inferences, executions = (b - a for a, b in zip(counts[0], counts[1], strict=True))
+        if executions > 0:
+            mean_batch, note = inferences / executions, "ModelStatistics delta"
+        else:
+            note = "n/a (no executions counted in the window)"
+    return Observed(mean_batch, note, rate(server), rate(machine))
+
+
+def _child(
+    spec: LoadSpec, request_bytes: bytes, concurrency: int, cap: int, outbox: Any, go: Any
+) -> None:
+    """Spawned client process: connect, post None (ready), wait for the timeline, drive.
+
+    Posts its ClientReport when done, or a str describing why it failed, so that the parent
+    never waits on a dead child until its timeout.
+    """
+
+    async def main() -> ClientReport:
+        async with _channel(spec.url) as channel:
+            await asyncio.wait_for(channel.channel_ready(), READY_TIMEOUT_S)
+            outbox.put(None)
+            timeline: Timeline = await asyncio.to_thread(go.get, True, READY_TIMEOUT_S)
+            request = pb.ModelInferRequest.FromString(request_bytes)
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            return await _drive(stub, request, concurrency, cap, timeline, spec.timeout)
+
+    try:
+        outbox.put(asyncio.run(main()))
+    except Exception as exc:  # reported to the parent, which raises
+        outbox.put(f"client process failed: {exc!r}")
+
+
+async def _receive(outbox: Any, wait_s: float) -> Any:
+    item = await asyncio.to_thread(outbox.get, True, wait_s)
+    if isinstance(item, str):
+        raise RuntimeError(item)
+    return item
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+async def _run_processes(
+    spec: LoadSpec, request: pb.ModelInferRequest, stub: pb_grpc.GRPCInferenceServiceStub
+) -> tuple[list[ClientReport], Timeline, Observed]:
+    ctx = mp.get_context("spawn")  # fork would copy the parent's gRPC state
+    outbox, go = ctx.Queue(), ctx.Queue()
+    shares = [c for c in _split(spec.concurrency, spec.processes) if c > 0]
+    caps = _split(spec.max_requests, len(shares))
+    procs = [
+        ctx.Process(
+            target=_child,
+            args=(spec, request.SerializeToString(), c, cap, outbox, go),
+            daemon=True,
+        )
+        for c, cap in zip(shares, caps, strict=True)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            await _receive(outbox, READY_TIMEOUT_S)
+        start = time.time() + 0.05
+        timeline = Timeline(start + spec.warmup, start + spec.warmup + spec.duration)
+        for _ in procs:
+            go.put(timeline)
+        observed = await _observe(stub, spec, timeline)
+        limit = spec.duration + spec.warmup + spec.timeout + READY_TIMEOUT_S
+        reports = [await _receive(outbox, limit) for _ in procs]
+        for proc in procs:
+            proc.join(10)
+        return reports, timeline, observed
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+
+
+async def run_load(
+    spec: LoadSpec, request: pb.ModelInferRequest | None = None, inferences: int = 1
+) -> LoadResult:
+    """Run one closed-loop measurement; the request is synthesized from metadata if None."""
+    if spec.concurrency < 1 or spec.processes < 1 or spec.max_requests < 1:
+        raise ValueError("concurrency, processes and max_requests must be >= 1")
+    async with _channel(spec.url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        if request is None:
+            request, inferences = await build_request(stub, spec)
+        await stub.ModelInfer(request, timeout=spec.timeout)  # fail fast on a bad setup
+        if spec.processes == 1:
+            start = time.time()
+            timeline = Timeline(start + spec.warmup, start + spec.warmup + spec.duration)
+            report, observed = await asyncio.gather(
+                _drive(stub, request, spec.concurrency, spec.max_requests, timeline, spec.timeout),
+                _observe(stub, spec, timeline),
+            )
+            reports = [report]
+        else:
+            reports, timeline, observed = await _run_processes(spec, request, stub)
+    return merge_reports(spec, reports, timeline, observed, inferences)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[LoadSpec, Path | None]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--url", default="127.0.0.1:8001", help="host:port of the gRPC server")
+    p.add_argument("--model", required=True)
+    p.add_argument("--concurrency", type=int, default=8, help="closed-loop workers in all")
+    p.add_argument("--duration", type=float, default=10.0, help="measured seconds")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
+    p.add_argument("--processes", type=int, default=1, help="client processes")
+    p.add_argument("--max-requests", type=int, default=100_000, help="hard cap on requests sent")
+    p.add_argument("--timeout", type=float, default=30.0, help="per-request deadline, s")
+    p.add_argument("--batch", type=int, default=1, help="size of the leading -1 dimension")
+    p.add_argument("--dynamic-dim", type=int, default=16, help="size of other -1 dimensions")
+    p.add_argument("--server-pid", type=int, help="server PID, to report its CPU use")
+    p.add_argument("--json", type=Path, help="also write the result as JSON here")
+    args = p.parse_args(argv)
+    spec = LoadSpec(args.url, args.model)
+    spec = replace(spec, **{k: v for k, v in vars(args).items() if k in asdict(spec)})
+    return spec, args.json
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec, json_path = parse_args(argv)
+    try:
+        result = asyncio.run(run_load(spec))
+    except grpc.aio.AioRpcError as exc:
+        print(f"loadgen: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    if result.first_error:
+        print(f"first error: {result.first_error}", file=sys.stderr)
+    if json_path:
+        json_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return 1 if result.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
