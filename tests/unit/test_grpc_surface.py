@@ -43,9 +43,6 @@ RPCS = [
 ]
 
 UNIMPLEMENTED = {
-    "RepositoryIndex": "model_repository",
-    "RepositoryModelLoad": "model_repository",
-    "RepositoryModelUnload": "model_repository",
     "SystemSharedMemoryStatus": "system_shared_memory",
     "SystemSharedMemoryRegister": "system_shared_memory",
     "SystemSharedMemoryUnregister": "system_shared_memory",
