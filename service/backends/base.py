@@ -1,15 +1,21 @@
-"""The two interfaces every backend implements.
+"""The interfaces backends implement.
 
-``execute`` is blocking by design: schedulers always call it from an instance's own worker
-thread, so a backend never needs to know about the event loop.
+Tensor backends (ONNX Runtime) implement ``ModelInstance.execute`` on merged batches.
+Request backends (Python models, the built-in utility backends) implement
+``RequestInstance.execute_requests``: they see the list of requests, as Triton's
+``execute(requests)`` does, and answer each through its ``ResponseSender`` (one final
+response, or for decoupled models zero or more responses and a final flag).
+
+Both calls are blocking by design: schedulers always call them from an instance's own
+worker thread, so a backend never needs to know about the event loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy.typing as npt
 
@@ -18,7 +24,15 @@ if TYPE_CHECKING:
 
     from ..repository.completion import ModelSignature
 
-__all__ = ["Array", "Backend", "InstanceSpec", "ModelInstance"]
+__all__ = [
+    "Array",
+    "Backend",
+    "BackendRequest",
+    "InstanceSpec",
+    "ModelInstance",
+    "RequestInstance",
+    "ResponseSender",
+]
 
 Array = npt.NDArray[Any]
 
@@ -53,3 +67,51 @@ class Backend(Protocol):
     def open(self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec) -> ModelInstance:
         """Load the version's model file into one instance; raise ValueError with a reason."""
         ...
+
+
+@dataclass
+class BackendRequest:
+    """One request as a request backend sees it (model-side names, batch dim included)."""
+
+    inputs: dict[str, Array]
+    requested_outputs: list[str]
+    request_id: str = ""
+    parameters: dict[str, bool | int | float | str] = field(default_factory=dict)
+    correlation_id: int | str | None = None
+    sequence_start: bool = False
+    sequence_end: bool = False
+
+
+class ResponseSender(Protocol):
+    def send(
+        self,
+        outputs: Mapping[str, Array] | None = None,
+        error: str | None = None,
+        final: bool = False,
+    ) -> None:
+        """Thread-safe. ``final`` marks the last response for this request; a response may
+        be empty (no outputs) when it only carries the final flag."""
+        ...
+
+    @property
+    def cancelled(self) -> bool:
+        """The caller went away: a decoupled model should stop producing."""
+        ...
+
+
+@runtime_checkable
+class RequestInstance(Protocol):
+    spec: InstanceSpec
+
+    def signature(self) -> ModelSignature | None:
+        """The model's tensors if it can tell (auto-complete), else None."""
+        ...
+
+    def execute_requests(
+        self, requests: Sequence[BackendRequest], senders: Sequence[ResponseSender]
+    ) -> None:
+        """Blocking. Non-decoupled models send exactly one final response per request before
+        returning; decoupled models may keep sending from their own threads afterwards."""
+        ...
+
+    def close(self) -> None: ...
