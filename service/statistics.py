@@ -113,6 +113,11 @@ class ModelStats:
         response.success.add(timings.compute_infer + timings.compute_output)
         self.last_inference_ms = self.wall_ms()
 
+    def record_request_success(self, request_ns: int) -> None:
+        """A decoupled request whose responses all went out (timings are per response)."""
+        self.success.add(request_ns)
+        self.last_inference_ms = self.wall_ms()
+
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """Hits count as successes and (zero-length) queue entries, never as executions."""
         self.success.add(request_ns)
@@ -126,6 +131,29 @@ class ModelStats:
     def record_backend_failure(self) -> None:
         """The model ran and failed: its response (index 0) is a failed one."""
         self._response(0).fail.add(0)
+
+    def record_response(
+        self,
+        index: int,
+        infer_ns: int,
+        output_ns: int,
+        *,
+        ok: bool,
+        empty: bool = False,
+        cancelled: bool = False,
+    ) -> None:
+        """One response of a decoupled model, at its index in the request's stream."""
+        stats = self._response(index)
+        if cancelled:
+            stats.cancel.add(0)
+        elif empty:
+            stats.empty_response.add(infer_ns)
+        elif ok:
+            stats.compute_infer.add(infer_ns)
+            stats.compute_output.add(output_ns)
+            stats.success.add(infer_ns + output_ns)
+        else:
+            stats.fail.add(infer_ns)
 
     def _response(self, index: int) -> ResponseStats:
         stats = self.responses.get(index)

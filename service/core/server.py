@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
 from .. import SERVER_NAME, __version__
 from ..cache import ResponseCache, cache_key
-from ..errors import Internal, ServerError, Unavailable
+from ..errors import Internal, InvalidArgument, ServerError, Unavailable
 from ..scheduling.base import ExecutionResult, Job
 from ..statistics import ModelStats
 from ..types import InferRequest, InferResponse, OutputTensor, TensorSpec
+from .decoupled import ENABLE_EMPTY_FINAL, FINAL_FLAG, stream_responses
 from .lifecycle import IndexEntry, ModelManager
 from .model import ModelVersion
 from .validation import build_outputs, prepare_job
@@ -129,13 +131,54 @@ class InferenceServer:
             VersionStats(m.name, m.version, m.stats) for m in self._models.loaded(name, version)
         ]
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        start = time.monotonic_ns()
+    def _lookup(self, request: InferRequest) -> ModelVersion:
         if not self._accepting:
             raise Unavailable("Server is shutting down: new inference requests are refused")
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
-        model = self._models.get(request.model_name, request.model_version)
+        return self._models.get(request.model_name, request.model_version)
+
+    async def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Every response for ``request``: one for ordinary models, zero or more for
+        decoupled ones (each marked with ``triton_final_response``)."""
+        model = self._lookup(request)
+        if not model.config.model_transaction_policy.decoupled:
+            yield await self.infer(request)
+            return
+        start = time.monotonic_ns()
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            with model.lease():
+                job = prepare_job(model, request)
+                enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
+                async for response in stream_responses(model, job, request.id, enable):
+                    yield response
+            model.stats.record_request_success(time.monotonic_ns() - start)
+        except ServerError as exc:
+            model.stats.record_failure(time.monotonic_ns() - start)
+            raise exc.with_request_id(request.id) from None
+        finally:
+            self._inflight -= 1
+            if not self._inflight:
+                self._idle.set()
+
+    async def _infer_decoupled(self, request: InferRequest) -> InferResponse:
+        """A unary call to a decoupled model works only when it sends exactly one response."""
+        answers = [r async for r in self.stream_infer(request) if r.outputs]
+        if len(answers) != 1:
+            raise InvalidArgument(
+                f"model '{request.model_name}' is decoupled and sent {len(answers)} responses "
+                "to a unary request: use ModelStreamInfer"
+            ).with_request_id(request.id)
+        answers[0].parameters.pop(FINAL_FLAG, None)
+        return answers[0]
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        start = time.monotonic_ns()
+        model = self._lookup(request)
+        if model.config.model_transaction_policy.decoupled:
+            return await self._infer_decoupled(request)
         self._inflight += 1
         self._idle.clear()
         try:

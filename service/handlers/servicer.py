@@ -105,7 +105,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         pending: set[asyncio.Task[None]] = set()
 
         async def serve_one(request: pb.ModelInferRequest) -> None:
-            await results.put(await self._stream_response(request))
+            async for response in self._stream_responses(request):
+                await results.put(response)
 
         async def read_requests() -> None:
             try:
@@ -127,18 +128,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(pending):
                 task.cancel()
 
-    async def _stream_response(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_responses(
+        self, request: pb.ModelInferRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Every response of one request (several for decoupled models), errors in-band."""
         try:
-            response = await self._core.infer(_decode(request))
-            return pb.ModelStreamInferResponse(
-                infer_response=encode_infer_response(response, self._max_send)
-            )
+            async for response in self._core.stream_infer(_decode(request)):
+                yield pb.ModelStreamInferResponse(
+                    infer_response=encode_infer_response(response, self._max_send)
+                )
+            return
         except ServerError as exc:
             message = exc.message  # already carries the request id prefix where it belongs
         except Exception:
             log.exception("unhandled error in ModelStreamInfer")
             message = "internal error in ModelStreamInfer"
-        return pb.ModelStreamInferResponse(
+        yield pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(
                 model_name=request.model_name, model_version=request.model_version, id=request.id

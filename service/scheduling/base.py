@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy.typing as npt
 
 from ..statistics import BatchTimings
+
+if TYPE_CHECKING:
+    from .responses import StreamSender
 
 __all__ = ["Array", "ExecutionResult", "Job", "Scheduler"]
 
@@ -28,6 +31,8 @@ class Job:
     correlation_id: int | str | None = None  # sequence models: the sequence this belongs to
     sequence_start: bool = False
     sequence_end: bool = False
+    parameters: dict[str, Any] = field(default_factory=dict)  # for request backends
+    sink: StreamSender | None = field(default=None, repr=False)  # decoupled models only
     # Set by schedulers:
     enqueue_ns: int = 0
     deadline_ns: int | None = None

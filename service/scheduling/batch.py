@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..backends.base import ModelInstance
+from ..backends.base import BackendRequest, ModelInstance, RequestInstance, ResponseSender
+from ..errors import ServerError
 from ..statistics import BatchTimings
 from .base import Array, Job
+from .responses import CollectingSender
 
 __all__ = ["execute_batch", "merge_inputs", "split_outputs", "union_outputs"]
 
@@ -43,15 +45,62 @@ def split_outputs(jobs: Sequence[Job], results: dict[str, Array]) -> list[dict[s
     return per_job
 
 
+JobOutputs = dict[str, Array] | ServerError
+
+
 def execute_batch(
-    instance: ModelInstance,
+    instance: ModelInstance | RequestInstance,
     jobs: Sequence[Job],
     clock: Callable[[], int] = time.monotonic_ns,
-) -> tuple[list[dict[str, Array]], BatchTimings]:
+) -> tuple[list[JobOutputs], BatchTimings]:
+    """Run ``jobs`` as one execution; each job gets its outputs or its own error.
+
+    Decoupled jobs (with a ``sink``) get an empty dict here: their responses travel
+    through the sink as the model sends them.
+    """
+    if isinstance(instance, RequestInstance):
+        return _execute_requests(instance, jobs, clock)
     start = clock()
     inputs = merge_inputs(jobs)
     input_end = clock()
     results = instance.execute(inputs, union_outputs(jobs))
     infer_end = clock()
-    per_job = split_outputs(jobs, results)
+    per_job: list[JobOutputs] = list(split_outputs(jobs, results))
+    return per_job, BatchTimings(start, input_end, infer_end, clock())
+
+
+def _execute_requests(
+    instance: RequestInstance, jobs: Sequence[Job], clock: Callable[[], int]
+) -> tuple[list[JobOutputs], BatchTimings]:
+    """Request backends see the list of requests, as Triton's Python ``execute`` does."""
+    start = clock()
+    requests = [
+        BackendRequest(
+            inputs=job.inputs,
+            requested_outputs=list(job.outputs),
+            request_id=job.request_id,
+            parameters=dict(job.parameters),
+            correlation_id=job.correlation_id,
+            sequence_start=job.sequence_start,
+            sequence_end=job.sequence_end,
+        )
+        for job in jobs
+    ]
+    collectors = [None if job.sink else CollectingSender(instance.spec.name) for job in jobs]
+    senders: list[ResponseSender] = [
+        job.sink if job.sink is not None else collector  # type: ignore[misc]
+        for job, collector in zip(jobs, collectors, strict=True)
+    ]
+    input_end = clock()
+    instance.execute_requests(requests, senders)
+    infer_end = clock()
+    per_job: list[JobOutputs] = []
+    for job, collector in zip(jobs, collectors, strict=True):
+        if collector is None:
+            per_job.append({})
+            continue
+        result = collector.result()
+        if isinstance(result, dict):
+            result = {name: result[name] for name in job.outputs if name in result}
+        per_job.append(result)
     return per_job, BatchTimings(start, input_end, infer_end, clock())

@@ -6,9 +6,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from ..errors import Unavailable
+from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .base import Array, ExecutionResult, Job
+from .base import ExecutionResult, Job
+from .batch import JobOutputs
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
@@ -45,6 +46,8 @@ class DefaultScheduler:
             task = self._pool.launch_jobs(worker, [job])
             task.add_done_callback(lambda t: self._record(job, t))
             outputs, timings = await asyncio.shield(task)
+            if isinstance(outputs[0], ServerError):
+                raise outputs[0]
             return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
         finally:
             self._inflight -= 1
@@ -52,7 +55,7 @@ class DefaultScheduler:
                 self._idle.set()
 
     def _record(
-        self, job: Job, task: asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]
+        self, job: Job, task: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
     ) -> None:
         if not task.cancelled() and task.exception() is None:
             self._stats.record_execution(job.size, task.result()[1])

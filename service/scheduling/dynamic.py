@@ -19,7 +19,8 @@ from inference import model_config_pb2 as mc
 
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .base import Array, ExecutionResult, Job
+from .base import ExecutionResult, Job
+from .batch import JobOutputs
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
 from .queues import PriorityQueues
@@ -59,7 +60,7 @@ class DynamicBatchScheduler:
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
-        self._executing: set[asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]] = set()
+        self._executing: set[asyncio.Future[tuple[list[JobOutputs], BatchTimings]]] = set()
         self._inflight = 0
         self._seq = 0
         self._next_release = 0
@@ -140,7 +141,7 @@ class DynamicBatchScheduler:
         execution.add_done_callback(lambda done: self._finished(jobs, done))
 
     def _finished(
-        self, jobs: list[Job], done: asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]
+        self, jobs: list[Job], done: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
     ) -> None:
         self._executing.discard(done)
         error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
@@ -152,6 +153,9 @@ class DynamicBatchScheduler:
         outputs, timings = done.result()
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         for job, out in zip(jobs, outputs, strict=True):
+            if isinstance(out, ServerError):
+                self._complete(job, functools.partial(self._fail, job, out))
+                continue
             result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
             self._complete(job, functools.partial(self._succeed, job, result))
 

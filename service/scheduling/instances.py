@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..backends.base import ModelInstance
+from ..backends.base import ModelInstance, RequestInstance
 from ..statistics import BatchTimings
-from .base import Array, Job
-from .batch import execute_batch
+from .base import Job
+from .batch import JobOutputs, execute_batch
 
 __all__ = ["InstancePool", "InstanceWorker"]
 
@@ -23,17 +23,17 @@ T = TypeVar("T")
 
 
 class InstanceWorker:
-    def __init__(self, instance: ModelInstance, index: int = 0) -> None:
+    def __init__(self, instance: ModelInstance | RequestInstance, index: int = 0) -> None:
         self.instance = instance
         self.index = index
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=instance.spec.name)
 
-    async def call(self, work: Callable[[ModelInstance], T]) -> T:
+    async def call(self, work: Callable[[ModelInstance | RequestInstance], T]) -> T:
         """Run ``work(instance)`` in this instance's thread."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, work, self.instance)
 
-    async def run(self, jobs: Sequence[Job]) -> tuple[list[dict[str, Array]], BatchTimings]:
+    async def run(self, jobs: Sequence[Job]) -> tuple[list[JobOutputs], BatchTimings]:
         return await self.call(lambda instance: execute_batch(instance, jobs))
 
     def close(self) -> None:
@@ -97,7 +97,7 @@ class InstancePool:
             listener()
 
     def launch(
-        self, worker: InstanceWorker, work: Callable[[ModelInstance], T]
+        self, worker: InstanceWorker, work: Callable[[ModelInstance | RequestInstance], T]
     ) -> asyncio.Future[T]:
         """Start ``work`` on an acquired worker; the worker returns to the pool when its
         thread is done, even if every caller has gone away meanwhile."""
@@ -107,7 +107,7 @@ class InstancePool:
 
     def launch_jobs(
         self, worker: InstanceWorker, jobs: Sequence[Job]
-    ) -> asyncio.Future[tuple[list[dict[str, Array]], BatchTimings]]:
+    ) -> asyncio.Future[tuple[list[JobOutputs], BatchTimings]]:
         return self.launch(worker, lambda instance: execute_batch(instance, jobs))
 
     async def aclose(self) -> None:

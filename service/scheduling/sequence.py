@@ -20,7 +20,7 @@ import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ..backends.base import ModelInstance
+from ..backends.base import ModelInstance, RequestInstance
 from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
@@ -253,7 +253,11 @@ class SequenceBatchScheduler:
         outputs = [*union_outputs([j for j in rows if j is not None]), *self._state_outputs]
         self._executing += 1
 
-        def work(instance: ModelInstance) -> RowResult:
+        def work(instance: ModelInstance | RequestInstance) -> RowResult:
+            if isinstance(instance, RequestInstance):
+                raise Unavailable(
+                    f"model '{self._name}': the sequence batcher drives tensor backends only"
+                )
             return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
 
         execution = self._pool.launch(worker, work)

@@ -1,0 +1,82 @@
+"""Decoupled models: zero, one or many responses per request, as the model sends them.
+
+The request's ``StreamSender`` is the job's sink; the execution itself returns when the
+model's ``execute`` returns, while responses may keep coming from the model's threads.
+Each response becomes an ``InferResponse`` carrying ``triton_final_response``, and is
+counted per response index as the statistics extension defines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from ..errors import Internal, ServerError
+from ..scheduling.base import ExecutionResult, Job
+from ..scheduling.responses import Response, StreamSender
+from ..types import InferResponse, OutputTensor
+from .model import ModelVersion
+from .validation import build_outputs
+
+__all__ = ["FINAL_FLAG", "stream_responses"]
+
+FINAL_FLAG = "triton_final_response"
+ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
+
+
+def _outputs(model: ModelVersion, job: Job, response: Response) -> list[OutputTensor]:
+    present = [name for name in job.outputs if name in response.outputs]
+    view = Job(job.inputs, present, job.batch_size)
+    return build_outputs(model, view, response.outputs)
+
+
+async def stream_responses(
+    model: ModelVersion, job: Job, request_id: str, enable_empty_final: bool
+) -> AsyncIterator[InferResponse]:
+    """Yield the model's responses for ``job`` as they arrive; raise on an error response."""
+    assert model.scheduler is not None
+    sink = StreamSender(asyncio.get_running_loop())
+    job.sink = sink
+    execution = asyncio.ensure_future(model.scheduler.submit(job))
+
+    def on_done(done: asyncio.Future[ExecutionResult]) -> None:
+        if done.cancelled():
+            sink.cancel()
+        elif isinstance(done.exception(), ServerError):
+            sink.fail(done.exception())  # type: ignore[arg-type]
+        elif done.exception() is not None:
+            sink.fail(Internal(str(done.exception())))
+
+    execution.add_done_callback(on_done)
+    index = 0
+    last = time.monotonic_ns()
+    finished = False
+    try:
+        async for response in sink.responses():
+            arrived = time.monotonic_ns()
+            if response.error is not None:
+                model.stats.record_response(index, arrived - last, 0, ok=False)
+                finished = True
+                raise Internal(response.error)
+            outputs = _outputs(model, job, response)
+            done = time.monotonic_ns()
+            if outputs:
+                model.stats.record_response(index, arrived - last, done - arrived, ok=True)
+            else:
+                model.stats.record_response(index, arrived - last, 0, ok=True, empty=True)
+            last = done
+            index += 1
+            finished = response.final
+            if outputs or (response.final and enable_empty_final):
+                yield InferResponse(
+                    model_name=model.name,
+                    model_version=str(model.version),
+                    id=request_id,
+                    outputs=outputs,
+                    parameters={FINAL_FLAG: response.final},
+                )
+    finally:
+        if not finished:  # the caller went away mid-stream: the model stops sending
+            sink.cancel()
+            model.stats.record_response(index, 0, 0, ok=False, cancelled=True)

@@ -1,0 +1,100 @@
+"""Response senders handed to request backends, one per request.
+
+``CollectingSender`` serves non-decoupled models: the worker thread collects the single
+final response and the scheduler reads it when ``execute_requests`` returns.
+``StreamSender`` serves decoupled models: every response crosses to the event loop as it
+is sent (``call_soon_threadsafe``) and the caller consumes them as an async iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import Internal, ServerError
+from .base import Array
+
+__all__ = ["CollectingSender", "Response", "StreamSender"]
+
+
+@dataclass(frozen=True)
+class Response:
+    outputs: dict[str, Array] = field(default_factory=dict)
+    error: str | None = None
+    final: bool = False
+
+
+class CollectingSender:
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self.responses: list[Response] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return False
+
+    def send(
+        self,
+        outputs: Mapping[str, Array] | None = None,
+        error: str | None = None,
+        final: bool = False,
+    ) -> None:
+        with self._lock:
+            self.responses.append(Response(dict(outputs or {}), error, final))
+
+    def result(self) -> dict[str, Array] | ServerError:
+        """The one response a non-decoupled model must send, or the error it sent instead."""
+        with self._lock:
+            answers = [r for r in self.responses if r.outputs or r.error]
+        if len(answers) != 1:
+            return Internal(
+                f"model '{self._model}' sent {len(answers)} responses for a request; a model "
+                "that is not decoupled must send exactly one"
+            )
+        if answers[0].error is not None:
+            return Internal(answers[0].error)
+        return answers[0].outputs
+
+
+class StreamSender:
+    """Thread-safe producer side of one request's response stream."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[Response] = asyncio.Queue()
+        self._closed = False
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """The consumer went away: the model sees ``cancelled`` and further sends are dropped."""
+        self._cancelled = True
+
+    def send(
+        self,
+        outputs: Mapping[str, Array] | None = None,
+        error: str | None = None,
+        final: bool = False,
+    ) -> None:
+        if self._closed or self._cancelled:
+            return
+        self._closed = final
+        item = Response(dict(outputs or {}), error, final)
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def fail(self, error: ServerError) -> None:
+        """The execution itself failed before the model answered: end the stream."""
+        self.send(error=error.message, final=True)
+
+    async def responses(self) -> AsyncIterator[Response]:
+        while True:
+            item = await self._queue.get()
+            yield item
+            if item.final:
+                return
