@@ -23,6 +23,8 @@ from ..repository.layout import ModelDirectory, discover_models, fingerprint, mo
 from ..repository.staging import StagingArea
 from ..repository.version_policy import select_versions
 from ..scheduling.ensemble import StepRunner
+from .dependencies import dependency_waves, with_composing
+from .index import IndexEntry, index_entries
 from .loader import load_ensemble, load_version
 from .model import ModelState, ModelVersion
 
@@ -63,14 +65,6 @@ class ModelEntry:
         )
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    name: str
-    version: str
-    state: str
-    reason: str
-
-
 class ModelManager:
     def __init__(
         self,
@@ -109,8 +103,8 @@ class ModelManager:
                 raise ValueError(
                     "--load-model names models that no repository holds: " + ", ".join(unknown)
                 )
-            names = _with_composing(list(dict.fromkeys(self._startup_models)), directories)
-        for wave in _dependency_waves({n: directories[n] for n in names}):
+            names = with_composing(list(dict.fromkeys(self._startup_models)), directories)
+        for wave in dependency_waves({n: directories[n] for n in names}):
             await asyncio.gather(*(self._replace(directories[n]) for n in wave))
 
     async def poll(self) -> None:
@@ -223,23 +217,12 @@ class ModelManager:
         names = sorted(set(on_disk) | ({*self._models} if not repository_name else set()))
         out: list[IndexEntry] = []
         for name in names:
-            out.extend(self._index_entries(name))
+            out.extend(
+                index_entries(
+                    name, self._models.get(name), name in self._loading, name in self._unloaded
+                )
+            )
         return [e for e in out if e.state == ModelState.READY.value] if ready_only else out
-
-    def _index_entries(self, name: str) -> list[IndexEntry]:
-        entry = self._models.get(name)
-        if entry is None:
-            if name in self._loading:
-                return [IndexEntry(name, "", ModelState.LOADING.value, "")]
-            if name in self._unloaded:
-                return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, "unloaded")]
-            return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
-        if entry.reason:
-            return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, entry.reason)]
-        return [
-            IndexEntry(name, str(v), m.state.value, m.reason)
-            for v, m in sorted(entry.versions.items())
-        ]
 
     # --- lookups for the request path ---------------------------------------------------
 
@@ -403,41 +386,3 @@ class ModelManager:
                 model.scheduler = None
             model.state = ModelState.UNAVAILABLE
             model.reason = model.reason or "unloaded"
-
-
-def _ensemble_calls(directory: ModelDirectory) -> list[str]:
-    """The models an ensemble folder's config calls ([] for anything else)."""
-    if directory.error:
-        return []
-    try:
-        config = read_config(directory)
-    except ConfigError:
-        return []
-    return composing_models(config) if config.platform == "ensemble" else []
-
-
-def _with_composing(names: list[str], directories: dict[str, ModelDirectory]) -> list[str]:
-    """``names`` plus every model their ensembles call, transitively."""
-    wanted = list(names)
-    for name in wanted:  # grows while iterating: a breadth-first closure
-        for called in _ensemble_calls(directories[name]):
-            if called in directories and called not in wanted:
-                wanted.append(called)
-    return wanted
-
-
-def _dependency_waves(directories: dict[str, ModelDirectory]) -> list[list[str]]:
-    """Load order: models first, then ensembles once every model they call had its turn."""
-    calls = {
-        name: {m for m in _ensemble_calls(directory) if m in directories and m != name}
-        for name, directory in directories.items()
-    }
-    waves: list[list[str]] = []
-    done: set[str] = set()
-    while len(done) < len(calls):
-        wave = [n for n, needs in calls.items() if n not in done and needs <= done]
-        if not wave:  # a cycle: load the rest together, validation reports it
-            wave = [n for n in calls if n not in done]
-        waves.append(wave)
-        done.update(wave)
-    return waves

@@ -16,7 +16,8 @@ from ..scheduling.base import ExecutionResult, Job
 from ..statistics import ModelStats
 from ..types import InferRequest, InferResponse, OutputTensor, TensorSpec
 from .decoupled import ENABLE_EMPTY_FINAL, FINAL_FLAG, stream_responses
-from .lifecycle import IndexEntry, ModelManager
+from .index import IndexEntry
+from .lifecycle import ModelManager
 from .model import ModelVersion
 from .validation import build_outputs, prepare_job
 

@@ -16,7 +16,7 @@ from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
 
 from .. import datatypes
-from ..core.lifecycle import IndexEntry
+from ..core.index import IndexEntry
 from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted
 from ..statistics import Duration

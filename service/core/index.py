@@ -1,0 +1,38 @@
+"""Repository index entries: what the RepositoryIndex RPC reports for one model name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .model import ModelState
+
+if TYPE_CHECKING:
+    from .lifecycle import ModelEntry
+
+__all__ = ["IndexEntry", "index_entries"]
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def index_entries(
+    name: str, entry: ModelEntry | None, loading: bool, unloaded: bool
+) -> list[IndexEntry]:
+    """One entry per version of a loaded model; one version-less entry otherwise."""
+    if entry is None:
+        if loading:
+            return [IndexEntry(name, "", ModelState.LOADING.value, "")]
+        if unloaded:
+            return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, "unloaded")]
+        return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
+    if entry.reason:
+        return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, entry.reason)]
+    return [
+        IndexEntry(name, str(v), m.state.value, m.reason) for v, m in sorted(entry.versions.items())
+    ]
