@@ -1,5 +1,11 @@
-"""The REST gateway: a separate process mapping v2 REST JSON onto the gRPC service.
+"""The REST gateway: a separate process serving the KServe v2 / Triton HTTP API by calling
+the inference service over gRPC (``python -m gateway --grpc-target HOST:PORT``).
 
-It is built as its own issue on top of the gRPC service; until then this package holds
-nothing, and the service is reached over gRPC only.
+Its routes are declared on the protos (``(inference.http_route)`` options), it holds no
+model state, and it shares nothing with ``service`` but the generated protos.
 """
+
+from .app import GatewayApp
+from .config import GatewayConfig
+
+__all__ = ["GatewayApp", "GatewayConfig"]

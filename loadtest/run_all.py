@@ -127,6 +127,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short smoke run (< 90 s)")
     p.add_argument("--delay-us", type=int, default=500, help="max_queue_delay_microseconds")
+    p.add_argument(
+        "--width",
+        type=int,
+        default=WIDTH,
+        help="MLP width (3 layers of width x width FP32); 1024 is RPC-bound on 2 vCPUs, "
+        "4096 is compute-bound",
+    )
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--duration", type=float, help="measured seconds per scenario")
     p.add_argument("--warmup", type=float, help="warm-up seconds per scenario")
@@ -154,7 +161,9 @@ def _command() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global WIDTH
     args = parse_args(argv)
+    WIDTH = args.width
     if args.write_repo:
         build_repository(args.write_repo, args.delay_us)
         print(f"wrote the model repository to {args.write_repo}", file=sys.stderr)
@@ -192,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick (smoke, numbers not meaningful)" if args.quick else "full",
         "dynamic_batching max_queue_delay_microseconds": args.delay_us,
         "max_batch_size": MAX_BATCH,
+        "MLP": f"3 x {WIDTH} FP32",
         "warm-up s / measured s per scenario": f"{args.warmup} / {args.duration}",
         "client processes per scenario": args.processes,
         "max requests per scenario": args.max_requests,

@@ -21,7 +21,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "protos"
 PACKAGE = "inference"
-PROTO_FILES = ("inference/model_config.proto", "inference/grpc_service.proto")
+PROTO_FILES = (
+    "inference/http_route.proto",
+    "inference/model_config.proto",
+    "inference/grpc_service.proto",
+)
 INIT_TEXT = '"""Generated code package: modules built from the .proto files beside them."""\n'
 
 

@@ -1,8 +1,51 @@
 #!/usr/bin/env bash
-# Bootstrap the server environment, then serve the embedded default model repository.
-# Extra arguments go to the server, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1
+# Bootstrap the server environment, then serve the embedded default model repository:
+# the gRPC service (port 8001) and the REST gateway in front of it (port 8000), as Triton.
+# Extra arguments go to the service, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1
+# Gateway settings: GATEWAY_HTTP_PORT (default 8000), GATEWAY_ARGS (more gateway flags),
+# SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM stops both.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh" server
 cd "$ROOT"
-exec .venv/bin/python -m service --model-repository service/default_repository "$@"
+
+if [ "${SERVE_GATEWAY:-1}" = "0" ]; then
+  exec .venv/bin/python -m service --model-repository service/default_repository "$@"
+fi
+
+# The gateway must know the service's port: take the last --grpc-port given (default 8001).
+grpc_port=8001
+prev=""
+for arg in "$@"; do
+  case "$arg" in
+    --grpc-port=*) grpc_port="${arg#--grpc-port=}" ;;
+    *) [ "$prev" = "--grpc-port" ] && grpc_port="$arg" ;;
+  esac
+  prev="$arg"
+done
+if [ "$grpc_port" = "0" ]; then
+  echo "serve.sh: --grpc-port 0 is not supported here (the gateway needs a fixed port)" >&2
+  exit 2
+fi
+
+.venv/bin/python -m service --model-repository service/default_repository "$@" &
+service_pid=$!
+# shellcheck disable=SC2086  # GATEWAY_ARGS is a list of flags
+.venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" \
+  --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
+gateway_pid=$!
+
+stop() { kill -TERM "$service_pid" "$gateway_pid" 2>/dev/null || true; }
+trap stop INT TERM
+
+# When either process ends (or on a signal), stop the other; exit with the first non-zero
+# exit status of the two, or 0.
+wait -n "$service_pid" "$gateway_pid" || true
+stop
+status=0
+for pid in "$service_pid" "$gateway_pid"; do
+  code=0
+  wait "$pid" 2>/dev/null || code=$?
+  [ "$status" = "0" ] && status="$code"
+done
+exit "$status"

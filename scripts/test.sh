@@ -11,4 +11,4 @@ echo "== generated code";      .venv/bin/python scripts/gen_protos.py --check
 echo "== ruff";                .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy";                .venv/bin/mypy service gateway
 echo "== server-side tests";   .venv/bin/python -m pytest -q tests/unit
-echo "== client-side tests";   .venv-client/bin/python -m pytest -q tests/compat tests/integration
+echo "== client-side tests";   .venv-client/bin/python -m pytest -q tests/compat tests/integration tests/gateway

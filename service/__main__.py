@@ -1,23 +1,26 @@
-"""``python -m service``: parse flags, configure logging, run until SIGTERM/SIGINT."""
+"""``python -m service``: parse flags, set up logging, run until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 
 from .app import serve
 from .config import parse_args
+from .telemetry.logs import LogControl
 
 
 def main() -> int:
     config = parse_args()
-    logging.basicConfig(
-        level=logging.DEBUG if config.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
-        stream=sys.stderr,
-    )
-    return asyncio.run(serve(config))
+    try:
+        logs = LogControl(config.log)
+    except OSError as exc:  # --log-file in a folder that does not exist, or not writable
+        print(f"error: cannot open log file: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(serve(config, logs))
+    finally:
+        logs.close()
 
 
 if __name__ == "__main__":

@@ -1,23 +1,34 @@
-"""Composition root: repository -> models -> core -> gRPC frontend; signals; graceful stop."""
+"""Composition root: repository -> models -> core -> gRPC frontend, metrics; signals; stop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import threading
 
 from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
-from .core.server import InferenceServer
 from .handlers.server import GrpcFrontend
+from .telemetry.logs import LogControl
+from .telemetry.metrics import CONTENT_TYPE, MetricsRenderer
+from .telemetry.metrics_http import MetricsEndpoint
+from .telemetry.spans import TracedInferenceServer, TracingStepRunner
+from .telemetry.tracing import Tracing
 
 __all__ = ["serve"]
 
 log = logging.getLogger("service")
 
 
-async def serve(config: ServerConfig) -> int:
+async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code.
+
+    ``logs`` (set up by ``__main__``) makes the LogSettings RPC available.
+    """
     # Signals first: a SIGTERM at any moment from here on is a graceful stop.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -26,8 +37,9 @@ async def serve(config: ServerConfig) -> int:
     mode = ControlMode(config.model_control_mode)
     models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
-    models.attach_runner(core)
+    core = TracedInferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    tracing = Tracing(config.trace)
+    models.attach_runner(TracingStepRunner(core, tracing))
     try:
         await models.start()
     except ValueError as exc:
@@ -37,19 +49,31 @@ async def serve(config: ServerConfig) -> int:
     poller = None
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
-    frontend = GrpcFrontend(core, config)
+    metrics = None
+    if config.metrics.enabled:
+        renderer = MetricsRenderer(models.loaded, cache_enabled=cache is not None)
+        metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
     try:
+        frontend = GrpcFrontend(core, config, logs=logs, tracing=tracing)
+        metrics_port = (
+            await metrics.start(config.metrics.address, config.metrics.port) if metrics else 0
+        )
         port = await frontend.start()
     except OSError as exc:
         log.error("%s", exc)
+        if metrics is not None:
+            await metrics.stop()
         await models.unload_all()
         return 1
     # Tests and scripts wait for this line (and read the port from it with --grpc-port 0).
     log.info("Started GRPCInferenceService at %s:%d", config.grpc_address, port)
+    if metrics is not None:
+        log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
     # Readiness false and new inferences refused at once, while the endpoint stays up so
-    # health checks and in-flight requests are answered; then the endpoint closes.
+    # health checks and in-flight requests (unary and streamed) are answered; then open
+    # streams end, the endpoint closes, and the models are unloaded.
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     core.stop_accepting()
@@ -60,7 +84,45 @@ async def serve(config: ServerConfig) -> int:
         await asyncio.wait_for(core.drain(), config.exit_timeout_secs)
     except TimeoutError:
         log.warning("exit timeout reached with inferences still in flight")
+    frontend.close_streams()
     await frontend.stop(max(0.0, deadline - loop.time()))
-    await models.unload_all()
+    if metrics is not None:
+        await metrics.stop()
+    try:
+        await asyncio.wait_for(models.unload_all(), max(1.0, deadline - loop.time()))
+    except TimeoutError:
+        # An execution still runs in a model's thread; waiting for it would outlast
+        # --exit-timeout-secs (interpreter exit joins those threads), so leave now.
+        log.warning("exit timeout reached while model executions were still running")
+        logging.shutdown()
+        os._exit(0)
+    await _flush_traces(tracing, max(1.0, deadline - loop.time()))
     log.info("server stopped")
     return 0
+
+
+async def _flush_traces(tracing: Tracing, seconds: float) -> None:
+    """Export the spans still queued, for at most ``seconds``.
+
+    In a daemon thread rather than the loop's executor: an unreachable collector must not
+    hold the exit (the executor's threads are joined when the loop closes).
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def flush() -> None:
+        try:
+            tracing.shutdown()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=flush, name="trace-flush", daemon=True).start()
+    try:
+        await asyncio.wait_for(done, seconds)
+    except TimeoutError:
+        log.warning("trace exporter did not flush within %.1fs; exiting without it", seconds)

@@ -4,13 +4,60 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServerConfig", "parse_args"]
+from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "PROTOCOL_GROUPS",
+    "MetricsConfig",
+    "RestrictedProtocol",
+    "ServerConfig",
+    "TlsConfig",
+    "parse_args",
+]
 
 # Triton's default: the largest message gRPC can carry (2 GiB - 1).
 DEFAULT_MAX_MESSAGE_BYTES = 2**31 - 1
+
+#: Triton's protocol groups for --grpc-restricted-protocol.
+PROTOCOL_GROUPS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+@dataclass(frozen=True)
+class RestrictedProtocol:
+    """Groups that need ``key: value`` in the caller's metadata. The value never prints."""
+
+    groups: frozenset[str]
+    key: str
+    value: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    server_cert: Path
+    server_key: Path
+    root_cert: Path | None = None
+    mutual: bool = False  # require and verify client certificates against root_cert
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    address: str = "0.0.0.0"
+    port: int = 8002
 
 
 @dataclass(frozen=True)
@@ -22,11 +69,15 @@ class ServerConfig:
     grpc_reuse_port: bool = False
     strict_readiness: bool = True
     exit_timeout_secs: float = 30.0
-    log_verbose: int = 0
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
     cache_size_bytes: int = 0  # 0: no response cache
+    log: LogSettings = field(default_factory=LogSettings)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    trace: TraceSettings = field(default_factory=TraceSettings)
+    tls: TlsConfig | None = None
+    restricted: tuple[RestrictedProtocol, ...] = ()
 
 
 def _bool(text: str) -> bool:
@@ -45,12 +96,18 @@ def _message_size(text: str) -> int:
     return value
 
 
+def _flag(parser: argparse.ArgumentParser, name: str, default: bool, text: str) -> None:
+    """A Triton-style boolean: ``--x``, ``--x=true`` or ``--x=false``."""
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m service",
         description="Triton / KServe v2 compatible inference server (gRPC).",
     )
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--model-repository",
         "--model-store",
         action="append",
@@ -59,66 +116,83 @@ def build_parser() -> argparse.ArgumentParser:
         dest="model_repositories",
         help="model repository folder (repeatable)",
     )
-    parser.add_argument("--grpc-address", default="0.0.0.0", help="address to bind")
-    parser.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
-    parser.add_argument(
+    add("--grpc-address", default="0.0.0.0", help="address to bind")
+    add("--grpc-port", type=int, default=8001, help="0 picks a free port")
+    add(
         "--grpc-max-message-size",
         type=_message_size,
         default=DEFAULT_MAX_MESSAGE_BYTES,
         dest="grpc_max_message_bytes",
         help="largest gRPC message sent or received, in bytes",
     )
-    parser.add_argument(
-        "--reuse-grpc-port",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        dest="grpc_reuse_port",
-        help="allow several servers on one port (SO_REUSEPORT)",
-    )
-    parser.add_argument(
-        "--strict-readiness",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        help="ready only when every model is ready (default true)",
-    )
-    parser.add_argument(
+    _flag(parser, "--reuse-grpc-port", False, "allow several servers on one port (SO_REUSEPORT)")
+    _flag(parser, "--strict-readiness", True, "ready only when every model is ready")
+    add(
         "--exit-timeout-secs",
         type=float,
         default=30.0,
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish",
     )
-    parser.add_argument("--log-verbose", type=int, default=0, help="verbose logging level")
-    parser.add_argument(
+    add(
         "--model-control-mode",
         choices=("none", "explicit", "poll"),
         default="none",
         help="none: load all at start; explicit: load/unload through the API; poll: follow "
         "repository changes",
     )
-    parser.add_argument(
+    add(
         "--load-model",
         action="append",
         default=[],
         dest="load_models",
         help="with --model-control-mode=explicit: load this model at start (repeatable; '*' all)",
     )
-    parser.add_argument(
+    add(
         "--repository-poll-secs",
         type=float,
         default=15.0,
         help="with --model-control-mode=poll: seconds between repository scans",
     )
-    parser.add_argument(
+    add(
         "--cache-config",
         action="append",
         default=[],
         dest="cache_config",
         help="response cache, e.g. 'local,size=1048576' (bytes)",
     )
+    # Logging
+    add("--log-verbose", type=int, default=0, help="verbose logging level (0: off)")
+    _flag(parser, "--log-info", True, "log INFO messages")
+    _flag(parser, "--log-warning", True, "log WARNING messages")
+    _flag(parser, "--log-error", True, "log ERROR messages")
+    add("--log-format", choices=LOG_FORMATS, default="default", help="line format")
+    add("--log-file", default="", help="log to this file instead of stderr")
+    # Metrics
+    _flag(parser, "--allow-metrics", True, "serve Prometheus metrics")
+    add("--metrics-address", default="0.0.0.0", help="address of the metrics endpoint")
+    add("--metrics-port", type=int, default=8002, help="metrics port (0 picks a free port)")
+    # Tracing
+    add(
+        "--trace-config",
+        action="append",
+        default=[],
+        help="trace setting, e.g. 'rate=100', 'level=TIMESTAMPS', "
+        "'opentelemetry,url=http://collector:4318/v1/traces' (repeatable)",
+    )
+    # Access control and TLS
+    add(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<groups>:<key>=<value>",
+        help=f"require metadata 'triton-grpc-protocol-<key>: <value>' for these groups "
+        f"(comma-separated: {', '.join(PROTOCOL_GROUPS)}); repeatable",
+    )
+    _flag(parser, "--grpc-use-ssl", False, "serve gRPC over TLS")
+    _flag(parser, "--grpc-use-ssl-mutual", False, "TLS with client certificates (mutual TLS)")
+    add("--grpc-server-cert", type=Path, help="PEM certificate chain of the server")
+    add("--grpc-server-key", type=Path, help="PEM private key of the server")
+    add("--grpc-root-cert", type=Path, help="PEM root certificates that sign client certs")
     return parser
 
 
@@ -136,6 +210,51 @@ def _cache_size(specs: Sequence[str]) -> int:
     return size
 
 
+def _restricted(specs: Sequence[str]) -> tuple[RestrictedProtocol, ...]:
+    """``<groups>:<key>=<value>``; a group may appear in one spec only (as in Triton)."""
+    out: list[RestrictedProtocol] = []
+    seen: set[str] = set()
+    for spec in specs:
+        groups_text, colon, pair = spec.partition(":")
+        key, equals, value = pair.partition("=")
+        groups = {g.strip() for g in groups_text.split(",") if g.strip()}
+        if not colon or not equals or not groups or not key.strip() or not value:
+            raise argparse.ArgumentTypeError(
+                "--grpc-restricted-protocol: expected '<groups>:<key>=<value>'"
+            )
+        unknown = sorted(groups - set(PROTOCOL_GROUPS))
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"--grpc-restricted-protocol: unknown protocol group(s) {unknown}; "
+                f"known: {', '.join(PROTOCOL_GROUPS)}"
+            )
+        twice = sorted(groups & seen)
+        if twice:
+            raise argparse.ArgumentTypeError(
+                f"--grpc-restricted-protocol: protocol group(s) {twice} restricted twice"
+            )
+        seen |= groups
+        out.append(RestrictedProtocol(frozenset(groups), key.strip().lower(), value))
+    return tuple(out)
+
+
+def _tls(args: argparse.Namespace) -> TlsConfig | None:
+    if not (args.grpc_use_ssl or args.grpc_use_ssl_mutual):
+        return None
+    if args.grpc_server_cert is None or args.grpc_server_key is None:
+        raise argparse.ArgumentTypeError(
+            "--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key"
+        )
+    if args.grpc_use_ssl_mutual and args.grpc_root_cert is None:
+        raise argparse.ArgumentTypeError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    for path in (args.grpc_server_cert, args.grpc_server_key, args.grpc_root_cert):
+        if path is not None and not path.is_file():
+            raise argparse.ArgumentTypeError(f"TLS file '{path}' is not a readable file")
+    return TlsConfig(
+        args.grpc_server_cert, args.grpc_server_key, args.grpc_root_cert, args.grpc_use_ssl_mutual
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -146,21 +265,37 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--load-model needs --model-control-mode=explicit")
     if args.repository_poll_secs <= 0:
         parser.error("--repository-poll-secs must be positive")
+    if args.log_verbose < 0:
+        parser.error("--log-verbose must be >= 0")
     try:
         cache_size = _cache_size(args.cache_config)
-    except argparse.ArgumentTypeError as exc:
+        restricted = _restricted(args.grpc_restricted_protocol)
+        tls = _tls(args)
+        trace = parse_trace_config(args.trace_config)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(str(exc))
     return ServerConfig(
         model_repositories=tuple(args.model_repositories),
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_max_message_bytes=args.grpc_max_message_bytes,
-        grpc_reuse_port=args.grpc_reuse_port,
+        grpc_reuse_port=args.reuse_grpc_port,
         strict_readiness=args.strict_readiness,
         exit_timeout_secs=args.exit_timeout_secs,
-        log_verbose=args.log_verbose,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         repository_poll_secs=args.repository_poll_secs,
         cache_size_bytes=cache_size,
+        log=LogSettings(
+            verbose_level=args.log_verbose,
+            info=args.log_info,
+            warning=args.log_warning,
+            error=args.log_error,
+            format=args.log_format,
+            file=args.log_file,
+        ),
+        metrics=MetricsConfig(args.allow_metrics, args.metrics_address, args.metrics_port),
+        trace=trace,
+        tls=tls,
+        restricted=restricted,
     )

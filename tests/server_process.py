@@ -31,7 +31,9 @@ class ServerProcess:
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> None:
+        # Port 0 for metrics too, so test servers never race for Triton's default 8002.
         args = [SERVICE_PYTHON, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"]
+        args += ["--metrics-address", "127.0.0.1", "--metrics-port", "0"]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
         self.args = [*args, *extra_args]

@@ -1,3 +1,4 @@
+from inference import http_route_pb2 as _http_route_pb2
 from inference import model_config_pb2 as _model_config_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

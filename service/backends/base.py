@@ -64,7 +64,9 @@ class ModelInstance(Protocol):
 class Backend(Protocol):
     name: str
 
-    def open(self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec) -> ModelInstance:
+    def open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> ModelInstance | RequestInstance:
         """Load the version's model file into one instance; raise ValueError with a reason."""
         ...
 

@@ -16,6 +16,14 @@ def get_backend(name: str) -> Backend:
         from .onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend()
+    if name == "python":
+        from .python.backend import PythonBackend
+
+        return PythonBackend()
+    if name in ("identity", "repeat", "square"):
+        from .builtin import builtin_backend
+
+        return builtin_backend(name)
     if name == "tensorrt":
         raise BackendUnavailable(
             "backend 'tensorrt' is not available in this installation "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from inference import model_config_pb2 as mc
 
-from ..backends.base import InstanceSpec, ModelInstance
+from ..backends.base import InstanceSpec, ModelInstance, RequestInstance
 from ..backends.registry import get_backend
 from ..repository.completion import check_against_signature, complete
 from ..repository.ensemble_config import ConfigLookup, validate_ensemble
@@ -77,7 +77,7 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
-    instances: list[ModelInstance] = []
+    instances: list[ModelInstance | RequestInstance] = []
     try:
         if not path.is_dir():
             raise ValueError(f"version folder {version} does not exist")
@@ -87,8 +87,9 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
             before = _resident_bytes()
             instances.append(backend.open(config, path, specs[0]))
             signature = instances[0].signature()
-            complete(config, signature)
-            check_against_signature(config, signature)
+            if signature is not None:  # request backends may not know their tensors
+                complete(config, signature)
+                check_against_signature(config, signature)
             instances.extend(backend.open(config, path, spec) for spec in specs[1:])
             model.stats.memory_bytes = max(0, _resident_bytes() - before)
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
@@ -101,7 +102,8 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     pool = InstancePool([InstanceWorker(instance) for instance in instances])
-    declared = {t.name: t.shape for t in (*signature.inputs, *signature.outputs)}
+    tensors = (*signature.inputs, *signature.outputs) if signature is not None else ()
+    declared = {t.name: t.shape for t in tensors}
     try:
         model.scheduler = create_scheduler(config, pool, model.stats, declared, path.parent)
     except ValueError as exc:

@@ -1,8 +1,9 @@
-"""Building the grpc.aio server: options, services (inference, health, reflection), ports."""
+"""Building the grpc.aio server: options, TLS, restricted protocols, health, reflection."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -11,8 +12,11 @@ from grpc_reflection.v1alpha import reflection
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-from ..config import ServerConfig
+from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
+from ..telemetry.logs import LogControl
+from ..telemetry.tracing import Tracing
+from .access import restrict
 from .servicer import InferenceServicer
 
 __all__ = ["GrpcFrontend"]
@@ -22,11 +26,49 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
+# grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
+class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
+    """Service "" answers whether the process serves (liveness); the inference service's
+    name answers ServerReady (readiness, with --strict-readiness), computed per Check."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        super().__init__()
+        self._core = core
+
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if request.service == SERVICE_NAME:
+            ready = self._core.is_ready()
+            status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
+            return health_pb2.HealthCheckResponse(status=status)
+        return await super().Check(request, context)
+
+
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """Read once at start: a file that is missing or unreadable stops the start-up."""
+    root = tls.root_cert.read_bytes() if tls.mutual and tls.root_cert is not None else None
+    return grpc.ssl_server_credentials(
+        [(tls.server_key.read_bytes(), tls.server_cert.read_bytes())],
+        root_certificates=root,
+        require_client_auth=tls.mutual,
+    )
+
+
 class GrpcFrontend:
     """The gRPC endpoint: owns the grpc.aio server and the health status it reports."""
 
-    def __init__(self, core: InferenceServer, config: ServerConfig) -> None:
+    def __init__(
+        self,
+        core: InferenceServer,
+        config: ServerConfig,
+        *,
+        logs: LogControl | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self._config = config
+        self._credentials = _credentials(config.tls) if config.tls is not None else None
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
@@ -34,11 +76,14 @@ class GrpcFrontend:
                 ("grpc.so_reuseport", 1 if config.grpc_reuse_port else 0),
             ]
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(core, config.grpc_max_message_bytes), self._server
+        self._servicer = InferenceServicer(
+            core, config.grpc_max_message_bytes, logs=logs, tracing=tracing
         )
-        # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
-        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._health = _Health(core)
+        if config.restricted:
+            guarded = restrict(self._servicer, self._health, config.restricted)
+            log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
@@ -48,21 +93,25 @@ class GrpcFrontend:
         """Bind and start; returns the bound port (useful with --grpc-port 0)."""
         address = f"{self._config.grpc_address}:{self._config.grpc_port}"
         try:
-            port = self._server.add_insecure_port(address)
+            if self._credentials is not None:
+                port = self._server.add_secure_port(address, self._credentials)
+            else:
+                port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
-            raise OSError(f"unable to bind gRPC endpoint {address}: {exc}") from exc
+            why = "check the port, and the TLS certificate and key" if self._credentials else exc
+            raise OSError(f"unable to bind gRPC endpoint {address}: {why}") from exc
         await self._server.start()
         await self.set_serving(True)
         return port
 
     async def set_serving(self, serving: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
+        """What Watch reports; Check on the inference service's name asks the core."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
+
+    def close_streams(self) -> None:
+        self._servicer.close_streams()
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""

@@ -13,7 +13,10 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..core.server import InferenceServer
-from ..errors import ServerError, Unimplemented
+from ..errors import InvalidArgument, ServerError, Unimplemented
+from ..telemetry.logs import LogControl
+from ..telemetry.spans import RequestTrace, begin_request
+from ..telemetry.tracing import Tracing
 from ..types import InferRequest
 from .codec import (
     decode_infer_request,
@@ -24,7 +27,13 @@ from .codec import (
     encode_repository_index,
     encode_server_metadata,
 )
-from .status import grpc_errors
+from .settings_codec import (
+    decode_log_settings,
+    decode_trace_settings,
+    encode_log_settings,
+    encode_trace_settings,
+)
+from .status import GRPC_STATUS, grpc_errors, log_request_error
 
 __all__ = ["InferenceServicer"]
 
@@ -46,9 +55,28 @@ def _decode(request: pb.ModelInferRequest) -> InferRequest:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, core: InferenceServer, max_send_bytes: int) -> None:
+    def __init__(
+        self,
+        core: InferenceServer,
+        max_send_bytes: int,
+        *,
+        logs: LogControl | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self._core = core
         self._max_send = max_send_bytes
+        self._logs = logs
+        self._tracing = tracing
+        self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
+        self._readers: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    def close_streams(self) -> None:
+        """Shutdown, once inferences are drained: every stream stops reading, lets its
+        in-flight requests finish, and ends with OK, so no idle stream holds the exit."""
+        self._closing = True
+        for reader in list(self._readers):
+            reader.cancel()
 
     @grpc_errors
     async def ServerLive(
@@ -72,7 +100,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Context
     ) -> pb.ServerMetadataResponse:
-        return encode_server_metadata(self._core.metadata())
+        response = encode_server_metadata(self._core.metadata())
+        response.extensions.extend(e for e in self._extensions if e not in response.extensions)
+        return response
 
     @grpc_errors
     async def ModelMetadata(
@@ -90,8 +120,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
+        tracing = self._tracing
+        if tracing is not None and tracing.active:  # the one check while tracing is off
+            trace = begin_request(tracing, "ModelInfer", request, context.invocation_metadata())
+            if trace is not None:
+                with trace:
+                    response = await self._core.infer(decode_infer_request(request))
+                    return encode_infer_response(response, self._max_send)
         response = await self._core.infer(decode_infer_request(request))
         return encode_infer_response(response, self._max_send)
+
+    def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> RequestTrace | None:
+        tracing = self._tracing
+        if tracing is None or not tracing.active:
+            return None
+        return begin_request(tracing, "ModelStreamInfer", request, context.invocation_metadata())
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -99,14 +142,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Requests on one stream run concurrently; each response goes out when ready.
 
         Order is therefore completion order, not arrival order: clients match on ``id``.
-        A failed request yields an in-band ``error_message`` and the stream goes on.
+        A failed request yields an in-band ``error_message`` and the stream goes on. At
+        shutdown (``close_streams``) the stream stops reading and ends once its requests
+        are answered.
         """
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
 
         async def serve_one(request: pb.ModelInferRequest) -> None:
-            async for response in self._stream_responses(request):
-                await results.put(response)
+            trace = self._stream_trace(request, context)
+            if trace is None:
+                async for response in self._stream_responses(request):
+                    await results.put(response)
+                return
+            with trace:
+                async for response in self._stream_responses(request):
+                    if response.error_message:
+                        trace.fail(response.error_message)
+                    await results.put(response)
 
         async def read_requests() -> None:
             try:
@@ -114,12 +167,25 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     task = asyncio.create_task(serve_one(request))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
-                if pending:
-                    await asyncio.gather(*pending)
+            except asyncio.CancelledError:
+                if not self._closing:
+                    raise  # the stream is being torn down, not the server shutting down
             finally:
-                await results.put(None)
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
 
+        if self._closing:
+            return  # opened during shutdown: end at once
         reader = asyncio.create_task(read_requests())
+        self._readers.add(reader)
+
+        # Done (read to the end, or stopped by shutdown, its requests answered) ends the
+        # stream, even if the reader was cancelled before it ever ran.
+        def finished(task: asyncio.Task[None]) -> None:
+            self._readers.discard(task)
+            results.put_nowait(None)
+
+        reader.add_done_callback(finished)
         try:
             while (item := await results.get()) is not None:
                 yield item
@@ -140,9 +206,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return
         except ServerError as exc:
             message = exc.message  # already carries the request id prefix where it belongs
+            log_request_error("ModelStreamInfer", request, GRPC_STATUS[exc.code], message)
         except Exception:
-            log.exception("unhandled error in ModelStreamInfer")
             message = "internal error in ModelStreamInfer"
+            log_request_error(
+                "ModelStreamInfer",
+                request,
+                grpc.StatusCode.INTERNAL,
+                "unhandled error",
+                traceback=True,
+            )
         yield pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(
@@ -150,7 +223,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ),
         )
 
-    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.
     @grpc_errors
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
@@ -182,6 +254,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return pb.RepositoryModelUnloadResponse()
 
+    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.
     @grpc_errors
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
         raise _not_yet("SystemSharedMemoryStatus", "system_shared_memory")
@@ -207,9 +280,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         raise _not_yet("CudaSharedMemoryUnregister", "cuda_shared_memory")
 
     @grpc_errors
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
-        raise _not_yet("TraceSetting", "trace")
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
+        if self._tracing is None:
+            raise _not_yet("TraceSetting", "trace")
+        model = request.model_name
+        if model and not self._core.model_ready(model):
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        settings = self._tracing.update(decode_trace_settings(request), model)
+        return encode_trace_settings(settings)
 
     @grpc_errors
-    async def LogSettings(self, request: Any, context: Context) -> Any:
-        raise _not_yet("LogSettings", "logging")
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: Context
+    ) -> pb.LogSettingsResponse:
+        if self._logs is None:
+            raise _not_yet("LogSettings", "logging")
+        return encode_log_settings(self._logs.update(decode_log_settings(request)))

@@ -241,12 +241,15 @@ def test_signal_handlers_installed_when_serving(default_server: ServerProcess) -
     )
     read_fd, write_fd = os.pipe()
     capacity = fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)
-    filler = capacity - (preamble + started_line - 1)
-    assert filler > 0, (capacity, preamble, started_line)
-    os.write(write_fd, b"#" * filler)
     try:
+        # Each log line carries the process id (Triton's layout), so the filler depends on
+        # this server's pid: the shell holds the server back until the filler is written,
+        # and exec keeps the pid.
         proc = subprocess.Popen(
             [
+                "sh",
+                "-c",
+                'read _ && exec "$0" "$@"',
                 SERVICE_PYTHON,
                 "-m",
                 "service",
@@ -256,12 +259,22 @@ def test_signal_handlers_installed_when_serving(default_server: ServerProcess) -
                 "127.0.0.1",
                 "--grpc-port",
                 str(port),
+                "--metrics-port",
+                "0",
             ],
             cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=write_fd,
         )
+        shift = len(str(proc.pid)) - len(str(default_server.pid))
+        preamble += shift * before[: before.rindex("\n") + 1].count("\n")
+        filler = capacity - (preamble + started_line + shift - 1)
+        assert filler > 0, (capacity, preamble, started_line)
+        os.write(write_fd, b"#" * filler)
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
     finally:
         os.close(write_fd)
     output = b""

@@ -49,8 +49,6 @@ UNIMPLEMENTED = {
     "CudaSharedMemoryStatus": "cuda_shared_memory",
     "CudaSharedMemoryRegister": "cuda_shared_memory",
     "CudaSharedMemoryUnregister": "cuda_shared_memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
 }
 
 

@@ -1,0 +1,205 @@
+"""The ASGI application: its lifespan owns the one gRPC channel; requests go route -> handler.
+
+Raw ASGI, no web framework: routing is our own table (built from the protos), and the
+framework layer was the largest per-request cost measured (docs/decisions.md). Every
+failure becomes ``{"error": ...}`` with a status from gateway/errors.py; an unexpected
+exception is logged and answered with a generic 500 that leaks nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from importlib import metadata
+from typing import Any
+
+import grpc
+import orjson
+
+from .compression import decompress
+from .config import GatewayConfig
+from .errors import GatewayError
+from .handlers import Handlers, HttpRequest, HttpResponse, error_response
+from .openapi import docs_page, openapi_document
+from .routes import Route, Router, load_routes
+
+__all__ = ["CHANNEL_OPTIONS", "GatewayApp"]
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Unlimited message sizes (the HTTP body limit applies first), and a short reconnect
+#: backoff so the gateway finds a restarted service within about a second by itself.
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+
+_HTML = (b"content-type", b"text/html; charset=utf-8")
+_THREAD_INFLATE_BYTES = 256 * 1024
+_JSON = (b"content-type", b"application/json")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("triton-compatible-server")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+        return "0.0.0"
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body arrived."""
+
+
+class GatewayApp:
+    """ASGI app: ``lifespan`` opens and closes the channel, ``http`` serves the v2 API."""
+
+    def __init__(self, config: GatewayConfig, routes: list[Route] | None = None) -> None:
+        self.config = config
+        self.router = Router(routes if routes is not None else load_routes())
+        self.document = openapi_document(self.router.routes, _version())
+        self._static = {
+            b"/openapi.json": HttpResponse(200, orjson.dumps(self.document), [_JSON]),
+            b"/docs": HttpResponse(200, docs_page(self.document), [_HTML]),
+        }
+        self._channel: grpc.aio.Channel | None = None
+        self._handlers: Handlers | None = None
+
+    async def startup(self) -> None:
+        """Open the channel; it connects lazily, so a service that is down is no error."""
+        self._channel = grpc.aio.insecure_channel(self.config.grpc_target, options=CHANNEL_OPTIONS)
+        self._channel.get_state(try_to_connect=True)
+        self._handlers = Handlers(self._channel, self.config.grpc_target)
+
+    async def shutdown(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+            self._channel = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # pragma: no cover - grpc rejects the target
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            response = await self._respond(scope, receive)
+        except GatewayError as exc:
+            response = error_response(exc)
+        except _Disconnected:
+            return
+        except Exception:
+            log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
+            response = error_response(GatewayError(500, "internal error in the gateway"))
+        if response.stream is not None:
+            await _stream(response, receive, send)
+            return
+        headers = [(b"content-length", str(len(response.body)).encode("ascii"))]
+        headers += response.headers
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+    async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
+        method: str = scope["method"]
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        static = self._static.get(raw_path)
+        if static is not None:
+            if method != "GET":
+                raise GatewayError(405, "Method Not Allowed")
+            return static
+        route, binding, params = self.router.match(method, raw_path)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        body = await self._read_body(receive, headers)
+        encoding = headers.get("content-encoding")
+        if body and encoding is not None:
+            limit = self.config.max_body_bytes
+            if len(body) > _THREAD_INFLATE_BYTES:  # zlib releases the GIL; the loop goes on
+                body = await asyncio.to_thread(decompress, body, encoding, limit)
+            else:
+                body = decompress(body, encoding, limit)
+        if self._handlers is None:
+            raise GatewayError(503, "the gateway is starting or stopping")
+        request = HttpRequest(method, raw_path, headers, body)
+        return await self._handlers.handle(route, binding, params, request)
+
+    async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(int(declared), limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _stream(response: HttpResponse, receive: Receive, send: Send) -> None:
+    """Send chunks as they come (chunked encoding); a client that leaves stops the stream."""
+    assert response.stream is not None
+    stream = response.stream
+
+    async def pump() -> None:
+        await send(
+            {"type": "http.response.start", "status": response.status, "headers": response.headers}
+        )
+        async for chunk in stream:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def client_gone() -> None:
+        # The body has been read: receive() now waits until the client disconnects.
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    tasks = [asyncio.ensure_future(pump()), asyncio.ensure_future(client_gone())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0].done() and not tasks[0].cancelled() and tasks[0].exception() is not None:
+            log.error("streamed response failed", exc_info=tasks[0].exception())
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await stream.aclose()
+
+
+def _too_large(size: int, limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"request body of {size} bytes exceeds the gateway's limit of {limit} bytes "
+        "(--http-max-body-bytes)",
+    )

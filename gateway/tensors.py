@@ -1,0 +1,235 @@
+"""v2 datatypes: JSON ``data`` and raw little-endian bytes, converted through numpy.
+
+Numeric tensors never become per-element Python objects here: JSON arrays go through one
+``np.array`` call and raw bytes through ``np.frombuffer``; orjson writes numpy arrays as
+JSON directly. Only BYTES tensors, whose elements are strings by nature, are handled one
+element at a time. FP16 and BF16 travel as JSON numbers (Triton refuses them in JSON; we
+accept them, rounding to nearest even). NaN and infinities are written as ``null``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import GatewayError
+
+__all__ = [
+    "DATATYPES",
+    "bf16_bits",
+    "bf16_to_float32",
+    "element_count",
+    "json_to_raw",
+    "raw_to_json",
+    "serialize_bytes",
+    "split_bytes",
+]
+
+#: Every v2 datatype -> the numpy dtype of its raw little-endian form (None for BYTES).
+#: BF16 is carried as its 16-bit pattern (uint16).
+DATATYPES: dict[str, np.dtype[Any] | None] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),
+    "BYTES": None,
+}
+
+_FLOATS = frozenset({"FP16", "FP32", "FP64", "BF16"})
+_LENGTH = struct.Struct("<I")
+
+
+def element_count(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def bf16_bits(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """float values -> BF16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded[nan] = (bits[nan] >> np.uint32(16)) | np.uint32(0x0040)
+    return rounded.astype(np.uint16)
+
+
+def bf16_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """BF16 bit patterns -> float32 (exact)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def serialize_bytes(items: Sequence[bytes]) -> bytes:
+    """BYTES wire form: each element as a 4-byte little-endian length and its bytes."""
+    parts: list[bytes] = []
+    for item in items:
+        parts.append(_LENGTH.pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def split_bytes(raw: bytes | memoryview, where: str) -> list[bytes]:
+    """The elements of a BYTES tensor's wire form; a truncated element is a 400."""
+    view = memoryview(raw)
+    out: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end:
+        if offset + 4 > end:
+            raise GatewayError(400, f"{where}: truncated BYTES element length at byte {offset}")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise GatewayError(400, f"{where}: BYTES element of {length} bytes overruns the data")
+        out.append(bytes(view[offset : offset + length]))
+        offset += length
+    return out
+
+
+def _flatten_strings(data: list[Any], where: str) -> list[bytes]:
+    out: list[bytes] = []
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if not isinstance(item, str):
+                raise GatewayError(
+                    400, f"{where}: BYTES 'data' elements must be strings, got {_kind(item)}"
+                )
+            out.append(item.encode("utf-8"))
+        else:
+            stack.pop()
+    return out
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _numeric(data: list[Any], datatype: str, where: str) -> np.ndarray[Any, Any]:
+    try:
+        array = np.array(data)
+    except (ValueError, TypeError) as exc:
+        raise GatewayError(
+            400, f"{where}: 'data' is not a regular array of numbers ({exc})"
+        ) from None
+    if array.size == 0:
+        return array
+    kind = array.dtype.kind
+    if kind in "fO" and datatype in ("UINT64", "INT64"):
+        array = _wide_integers(data, array)
+        kind = array.dtype.kind
+    if datatype == "BOOL":
+        ok = kind == "b"
+    elif datatype in _FLOATS:
+        ok = kind in "iuf"
+    else:
+        ok = kind in "iu"
+    if not ok:
+        expected = {"BOOL": "booleans"}.get(datatype, "numbers" if datatype in _FLOATS else "")
+        raise GatewayError(
+            400,
+            f"{where}: 'data' must hold {expected or 'integers'} for datatype {datatype}, "
+            f"got {_describe(kind)}",
+        )
+    if kind in "iu" and datatype not in _FLOATS and datatype != "BOOL":
+        info = np.iinfo(DATATYPES[datatype])
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            raise GatewayError(
+                400, f"{where}: value out of range for {datatype} [{info.min}, {info.max}]"
+            )
+    return array
+
+
+def _wide_integers(data: list[Any], inferred: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """numpy promotes a mix of int64-only and uint64-only values to float64 (or object):
+    redo it exactly when every element is an int (the rare case of full-range 64-bit data).
+    """
+    values = np.array(data, dtype=object).ravel()
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return inferred
+    if all(v >= 0 for v in values) and max(values) <= np.iinfo(np.uint64).max:
+        return np.array(values, dtype=np.uint64)
+    if min(values) >= np.iinfo(np.int64).min and max(values) <= np.iinfo(np.int64).max:
+        return np.array(values, dtype=np.int64)
+    return inferred
+
+
+def _describe(kind: str) -> str:
+    return {
+        "b": "booleans",
+        "i": "integers",
+        "u": "integers",
+        "f": "floating-point numbers",
+        "U": "strings",
+        "O": "mixed or out-of-range values",
+    }.get(kind, f"values of numpy kind {kind!r}")
+
+
+def json_to_raw(data: Any, datatype: str, shape: Sequence[int], where: str) -> bytes:
+    """JSON ``data`` (nested or flat) -> the tensor's raw bytes, checked against ``shape``."""
+    if not isinstance(data, list):
+        raise GatewayError(400, f"{where}: 'data' must be a JSON array, got {_kind(data)}")
+    expected = element_count(shape)
+    if datatype == "BYTES":
+        items = _flatten_strings(data, where)
+        if len(items) != expected:
+            raise _count_error(where, len(items), shape, expected)
+        return serialize_bytes(items)
+    array = _numeric(data, datatype, where)
+    if array.size != expected:
+        raise _count_error(where, array.size, shape, expected)
+    if datatype == "BF16":
+        return bf16_bits(array).tobytes()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.ascontiguousarray(array, dtype=DATATYPES[datatype]).tobytes()
+
+
+def _count_error(where: str, got: int, shape: Sequence[int], expected: int) -> GatewayError:
+    return GatewayError(
+        400,
+        f"{where}: 'data' holds {got} elements but shape {list(shape)} needs {expected}",
+    )
+
+
+def raw_to_json(raw: bytes, datatype: str, shape: Sequence[int], where: str) -> Any:
+    """Raw bytes -> what orjson writes as the JSON ``data`` array (numpy array or strings)."""
+    expected = element_count(shape)
+    dtype = DATATYPES.get(datatype)
+    if datatype == "BYTES":
+        items = split_bytes(raw, where)
+        if len(items) != expected:
+            raise GatewayError(
+                500, f"{where}: {len(items)} BYTES elements do not match shape {list(shape)}"
+            )
+        try:
+            return [item.decode("utf-8") for item in items]
+        except UnicodeDecodeError:
+            raise GatewayError(
+                400,
+                f"{where} holds bytes that are not UTF-8, which JSON cannot carry; "
+                "request it with binary_data",
+            ) from None
+    if dtype is None:
+        raise GatewayError(500, f"{where}: unknown datatype {datatype!r}")
+    if len(raw) != expected * dtype.itemsize:
+        raise GatewayError(
+            500, f"{where}: {len(raw)} bytes do not match shape {list(shape)} of {datatype}"
+        )
+    array = np.frombuffer(raw, dtype=dtype)
+    if datatype == "BF16":
+        return bf16_to_float32(array)
+    return array

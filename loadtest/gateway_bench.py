@@ -1,0 +1,440 @@
+"""REST through the gateway vs gRPC direct: what does the extra hop cost?
+
+Starts the service and the gateway on 127.0.0.1 (ports picked by the OS, read from their
+start-up lines) with a temporary repository holding ``add_sub`` (tiny: the per-request
+cost) and ``mlp`` (``tests/models.py`` ``mlp_model()``: 3 x 1024 FP32, real compute), then
+drives ModelInfer closed-loop at each concurrency through three paths:
+
+- ``grpc``: grpc.aio stub straight to the service, inputs in ``raw_input_contents``;
+- ``rest-binary``: HTTP/1.1 keep-alive POST .../infer to the gateway, binary tensor
+  extension both ways (what tritonclient.http sends with binary_data=True);
+- ``rest-json``: the same with JSON ``data`` in and out.
+
+Both clients are minimal asyncio loops in one process (one connection per REST worker,
+one channel for gRPC), so client overhead is alike and small. Paths alternate in rounds,
+so slow drift of a shared machine hits all of them; each figure is the median over rounds.
+Every run is bounded (duration and a request cap) and touches only the loopback interface.
+
+    .venv/bin/python loadtest/gateway_bench.py            # ~2 min; writes results/gateway_bench.md
+    .venv/bin/python loadtest/gateway_bench.py --quick    # ~30 s smoke run, prints only
+
+Needs the server environment with the dev extra (onnx builds the MLP); SERVICE_PYTHON
+overrides the interpreter that runs the service and the gateway, as in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import models  # noqa: E402  (tests/models.py: the MLP builder)
+
+RESULTS = ROOT / "loadtest" / "results" / "gateway_bench.md"
+PATHS = ("grpc", "rest-binary", "rest-json")
+MAX_REQUESTS = 200_000  # per measured window, whatever the machine does
+TARGET_RATIO = 1.5
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Proc:
+    """A subprocess whose stderr is scanned for its start-up line (and kept)."""
+
+    def __init__(self, args: list[str], started: str) -> None:
+        self.lines: list[str] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self._pattern = re.compile(started)
+        self.proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(60):
+            self.stop()
+            raise RuntimeError("did not start:\n" + "".join(self.lines))
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            match = self._pattern.search(line)
+            if match and not self._ready.is_set():
+                self.port = int(match.group(1))
+                self._ready.set()
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        code = self.proc.wait(30)
+        self._reader.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        return code
+
+
+def write_repository(repo: Path) -> None:
+    shutil.copytree(ROOT / "service" / "default_repository" / "add_sub", repo / "add_sub")
+    config = models.make_config(
+        "mlp", [("INPUT0", "FP32", [1024])], [("OUTPUT0", "FP32", [1024])], max_batch_size=64
+    )
+    models.write_model(repo, "mlp", models.mlp_model(), config)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One model's request in each wire form."""
+
+    grpc: pb.ModelInferRequest
+    binary_body: bytes
+    binary_header_length: int
+    json_body: bytes
+
+
+def payload(model: str) -> Payload:
+    if model == "add_sub":
+        tensors = {
+            "INPUT0": np.arange(16, dtype=np.float32).reshape(1, 16),
+            "INPUT1": np.ones((1, 16), np.float32),
+        }
+    else:
+        tensors = {"INPUT0": np.random.default_rng(0).standard_normal((1, 1024), np.float32)}
+    request = pb.ModelInferRequest(model_name=model)
+    inputs_binary, inputs_json = [], []
+    for name, array in tensors.items():
+        request.inputs.add(name=name, datatype="FP32", shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+        spec = {"name": name, "shape": list(array.shape), "datatype": "FP32"}
+        inputs_binary.append({**spec, "parameters": {"binary_data_size": array.nbytes}})
+        inputs_json.append({**spec, "data": array.ravel().tolist()})
+    head = json.dumps({"inputs": inputs_binary, "parameters": {"binary_data_output": True}})
+    raw = b"".join(a.tobytes() for a in tensors.values())
+    return Payload(
+        grpc=request,
+        binary_body=head.encode() + raw,
+        binary_header_length=len(head),
+        json_body=json.dumps({"inputs": inputs_json}).encode(),
+    )
+
+
+class HttpClient:
+    """One keep-alive HTTP/1.1 connection with a pre-built request."""
+
+    def __init__(self, port: int, request: bytes) -> None:
+        self._port = port
+        self._request = request
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
+        sock = self._writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def call(self) -> None:
+        assert self._reader is not None and self._writer is not None
+        self._writer.write(self._request)
+        status = await self._reader.readline()
+        length = 0
+        while (line := await self._reader.readline()) not in (b"\r\n", b""):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await self._reader.readexactly(length)
+        if not status.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"gateway answered {status!r}")
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            await self._writer.wait_closed()
+
+
+def http_request(model: str, body: bytes, header_length: int | None) -> bytes:
+    lines = [
+        f"POST /v2/models/{model}/infer HTTP/1.1",
+        "Host: 127.0.0.1",
+        f"Content-Length: {len(body)}",
+    ]
+    if header_length is not None:
+        lines.append(f"Inference-Header-Content-Length: {header_length}")
+        lines.append("Content-Type: application/octet-stream")
+    else:
+        lines.append("Content-Type: application/json")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+# --------------------------------------------------------------------------- load
+
+
+@dataclass
+class Window:
+    requests: int
+    seconds: float
+    latencies_us: list[float]
+    service_cpu_s: float
+    gateway_cpu_s: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies_us, q))
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.latencies_us)
+
+
+async def drive(
+    calls: list[Callable[[], Awaitable[object]]],
+    warmup: float,
+    duration: float,
+    service: Proc,
+    gateway: Proc,
+) -> Window:
+    """Closed loop: each worker sends its next request when the previous one returned."""
+    latencies: list[float] = []
+    begin = time.perf_counter() + warmup
+    end = begin + duration
+    cpu: dict[str, float] = {}
+
+    async def worker(call: Callable[[], Awaitable[object]]) -> None:
+        while (now := time.perf_counter()) < end and len(latencies) < MAX_REQUESTS:
+            await call()
+            done = time.perf_counter()
+            if now >= begin:
+                latencies.append((done - now) * 1e6)
+
+    async def sample() -> None:
+        await asyncio.sleep(max(0.0, begin - time.perf_counter()))
+        cpu["s0"], cpu["g0"] = service.cpu_seconds(), gateway.cpu_seconds()
+        await asyncio.sleep(max(0.0, end - time.perf_counter()))
+        cpu["s1"], cpu["g1"] = service.cpu_seconds(), gateway.cpu_seconds()
+
+    await asyncio.gather(sample(), *(worker(c) for c in calls))
+    return Window(len(latencies), duration, latencies, cpu["s1"] - cpu["s0"], cpu["g1"] - cpu["g0"])
+
+
+async def run_path(
+    path: str,
+    model: str,
+    concurrency: int,
+    service: Proc,
+    gateway: Proc,
+    warmup: float,
+    duration: float,
+) -> Window:
+    body = payload(model)
+    if path == "grpc":
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.port}", options=options) as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            calls = [lambda: stub.ModelInfer(body.grpc) for _ in range(concurrency)]
+            return await drive(calls, warmup, duration, service, gateway)
+    if path == "rest-binary":
+        raw = http_request(model, body.binary_body, body.binary_header_length)
+    else:
+        raw = http_request(model, body.json_body, None)
+    clients = [HttpClient(gateway.port, raw) for _ in range(concurrency)]
+    await asyncio.gather(*(c.open() for c in clients))
+    try:
+        return await drive([c.call for c in clients], warmup, duration, service, gateway)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def median(windows: list[Window], value: Callable[[Window], float]) -> float:
+    return statistics.median(value(w) for w in windows)
+
+
+def p50(w: Window) -> float:
+    return w.pct(50)
+
+
+def p99(w: Window) -> float:
+    return w.pct(99)
+
+
+def mean(w: Window) -> float:
+    return w.mean
+
+
+def rps(w: Window) -> float:
+    return w.rps
+
+
+def report(
+    results: dict[tuple[str, int, str], list[Window]], args: argparse.Namespace, load_before: str
+) -> str:
+    lines = [
+        "# Gateway benchmark: REST through the gateway vs gRPC direct",
+        "",
+        f"Command: `{' '.join(['.venv/bin/python loadtest/gateway_bench.py', *sys.argv[1:]])}`",
+        f"Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.machine()}; load average before the run: "
+        f"{load_before}. Client, gateway and service share these CPUs.",
+        f"Each figure: median over {args.rounds} alternating rounds of {args.duration:g} s "
+        f"(after {args.warmup:g} s warm-up each), closed loop, one sample per request.",
+        "",
+        "| model | conc | path | req/s | p50 µs | p99 µs | mean µs | p50 ratio | mean ratio "
+        "| service CPU µs/req | gateway CPU µs/req |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for (model, conc, path), windows in results.items():
+        direct = results.get((model, conc, "grpc"))
+        lat50, lat_mean = median(windows, p50), median(windows, mean)
+        ratio_p50 = ratio_mean = ""
+        if direct and path != "grpc":
+            r50 = lat50 / median(direct, p50)
+            rmean = lat_mean / median(direct, mean)
+            ratio_p50, ratio_mean = f"{r50:.2f}x", f"{rmean:.2f}x"
+            if model == "add_sub" and conc == 1 and path == "rest-binary":
+                verdicts.append((r50, rmean))
+        reqs = sum(w.requests for w in windows)
+        svc = sum(w.service_cpu_s for w in windows) / reqs * 1e6
+        gw = sum(w.gateway_cpu_s for w in windows) / reqs * 1e6 if path != "grpc" else 0.0
+        lines.append(
+            f"| {model} | {conc} | {path} | {median(windows, rps):,.0f} | {lat50:,.0f} | "
+            f"{median(windows, p99):,.0f} | {lat_mean:,.0f} | {ratio_p50} | {ratio_mean} | "
+            f"{svc:,.0f} | {gw:,.0f} |"
+        )
+    lines.append("")
+    for r50, rmean in verdicts:
+        ok = "met" if r50 <= TARGET_RATIO else "NOT met"
+        lines.append(
+            f"Target (REST binary through the gateway <= {TARGET_RATIO}x gRPC-direct latency at "
+            f"concurrency 1 on add_sub): p50 ratio {r50:.2f}x, mean ratio {rmean:.2f}x: **{ok}**."
+        )
+    return "\n".join(lines) + "\n"
+
+
+async def main_async(args: argparse.Namespace, load_before: str) -> int:
+    python = os.environ.get("SERVICE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+    with tempfile.TemporaryDirectory(prefix="gateway_bench_") as tmp:
+        repo = Path(tmp)
+        write_repository(repo)
+        service = Proc(
+            [
+                python,
+                "-m",
+                "service",
+                "--grpc-address",
+                "127.0.0.1",
+                "--grpc-port",
+                "0",
+                "--model-repository",
+                str(repo),
+            ],
+            r"Started GRPCInferenceService at [^\s:]+:(\d+)",
+        )
+        gateway = Proc(
+            [
+                python,
+                "-m",
+                "gateway",
+                "--grpc-target",
+                f"127.0.0.1:{service.port}",
+                "--http-address",
+                "127.0.0.1",
+                "--http-port",
+                "0",
+            ],
+            r"Started HTTPService at [^\s:]+:(\d+)",
+        )
+        results: dict[tuple[str, int, str], list[Window]] = {}
+        try:
+            for model in args.models:
+                for conc in args.concurrency:
+                    for round_ in range(args.rounds):
+                        order = PATHS if round_ % 2 == 0 else tuple(reversed(PATHS))
+                        for path in order:
+                            if path not in args.paths:
+                                continue
+                            window = await run_path(
+                                path, model, conc, service, gateway, args.warmup, args.duration
+                            )
+                            results.setdefault((model, conc, path), []).append(window)
+                            print(
+                                f"{model} c={conc} {path} round {round_}: {window.rps:,.0f} "
+                                f"req/s, p50 {window.pct(50):,.0f} µs",
+                                flush=True,
+                            )
+        finally:
+            codes = (gateway.stop(), service.stop())
+    ordered = {
+        k: results[k]
+        for k in sorted(results, key=lambda k: (args.models.index(k[0]), k[1], PATHS.index(k[2])))
+    }
+    text = report(ordered, args, load_before)
+    print(text)
+    if not args.quick:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(text, encoding="utf-8")
+        print(f"wrote {RESULTS.relative_to(ROOT)}")
+    return 0 if codes == (0, 0) else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["add_sub", "mlp"])
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=3.0, help="measured seconds per window")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true", help="1 round of 1 s; print, write nothing")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.duration, args.warmup = 1, 1.0, 0.5
+    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main_async(args, load_before))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main_async(args, load_before))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

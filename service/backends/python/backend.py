@@ -1,0 +1,287 @@
+"""``backend: "python"``: each instance is a worker process running the model's ``model.py``.
+
+``PythonInstance.execute_requests`` runs in the instance's scheduler thread: it ships the
+requests to the worker, and the worker's reader thread forwards every response to the
+request's ``ResponseSender`` as it arrives (decoupled models keep sending after
+``execute`` returned). A worker that crashes, or whose ``execute`` outlives
+``execute_timeout_secs``, is killed if need be, every request it still owed gets an error
+naming the model, and a fresh worker is started and initialised in its place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inference import model_config_pb2 as mc
+
+from ...repository.completion import ModelSignature
+from ..base import BackendRequest, InstanceSpec, ResponseSender
+from ..builtin.common import config_signature
+from .config_json import apply_completed, config_to_json
+from .protocol import WireRequest
+from .settings import RESTART_BACKOFF, Settings
+from .worker import WorkerProcess
+
+__all__ = ["PythonBackend", "PythonInstance"]
+
+log = logging.getLogger(__name__)
+
+
+class PythonBackend:
+    name = "python"
+
+    def open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> PythonInstance:
+        """Start the worker, run ``auto_complete_config`` (completing ``config`` in place,
+        as Triton does before ``initialize``) and ``initialize``."""
+        model_file = version_path / (config.default_model_filename or "model.py")
+        if not model_file.is_file():
+            raise ValueError(
+                f"model file '{model_file.name}' not found in version {version_path.name}"
+            )
+        return PythonInstance(config, model_file, spec)
+
+
+@dataclass
+class _Call:
+    senders: Sequence[ResponseSender]
+    requested: list[set[str]]
+    final: list[bool]
+    executed: threading.Event = field(default_factory=threading.Event)
+
+
+class PythonInstance:
+    def __init__(self, config: mc.ModelConfig, model_file: Path, spec: InstanceSpec) -> None:
+        self.spec = spec
+        self.model_name = config.name
+        self.settings = Settings.from_config(config)
+        self._model_file = model_file
+        self._label = f"model '{config.name}' instance '{spec.name}'"
+        self._lock = threading.Lock()
+        self._calls: dict[int, _Call] = {}
+        self._ids = itertools.count()
+        self._end_reason: str | None = None  # why the current worker is being ended
+        self._closed = False
+        self.unavailable_reason: str | None = None
+        self.restarts = 0
+        self._running = False  # the current worker is up; cleared (under _lock) when it ends
+        self._retry_at = 0.0
+        self._worker = self._start(config)
+        self._config = config
+        self._decoupled = config.model_transaction_policy.decoupled
+
+    # -- worker life cycle -------------------------------------------------------------
+
+    def _start(self, config: mc.ModelConfig, complete: bool = True) -> WorkerProcess:
+        worker = WorkerProcess(
+            self._on_message, self._on_exit, self.settings.inline_limit, self.settings.pool_bytes
+        )
+        timeout = self.settings.initialize_timeout
+        try:
+            worker.call(None, "ready", timeout)
+            (completed,) = worker.call(
+                ("load", str(self._model_file), self._label, config_to_json(config), complete),
+                "loaded",
+                timeout,
+            )
+            if completed is not None:
+                apply_completed(config, completed)
+            worker.call(("initialize", self._initialize_args(config)), "initialized", timeout)
+        except BaseException as exc:
+            self._end_reason = "load failed"
+            worker.kill()
+            raise ValueError(f"failed to load python {self._label}: {exc}") from exc
+        with self._lock:
+            self._end_reason = None
+            self._running = True
+        return worker
+
+    def _initialize_args(self, config: mc.ModelConfig) -> dict[str, str]:
+        version_dir = self._model_file.parent
+        return {
+            "model_config": config_to_json(config),
+            "model_instance_kind": self.spec.kind.removeprefix("KIND_"),
+            "model_instance_name": self.spec.name,
+            "model_instance_device_id": str(self.spec.device_id),
+            "model_repository": str(version_dir.parent),
+            "model_version": version_dir.name,
+            "model_name": config.name,
+        }
+
+    def _restart(self) -> bool:
+        """Replace a dead worker, in the scheduler thread (the instance is busy anyway).
+        After a failed restart, requests fail fast for RESTART_BACKOFF seconds."""
+        if time.monotonic() < self._retry_at:
+            return False
+        self._worker.join()  # its reader has failed what the old worker owed
+        try:
+            self._worker = self._start(self._config, complete=False)
+        except ValueError as exc:
+            self.unavailable_reason = str(exc)
+            self._retry_at = time.monotonic() + RESTART_BACKOFF
+            log.error("%s could not be restarted: %s", self._label, exc)
+            return False
+        self.unavailable_reason = None
+        self.restarts += 1
+        log.warning("%s: worker restarted (pid %d)", self._label, self._worker.pid)
+        return True
+
+    @property
+    def available(self) -> bool:
+        """False once the worker ended and until a restart succeeds (or after close)."""
+        return not self._closed and self._running
+
+    @property
+    def worker_pid(self) -> int:
+        return self._worker.pid
+
+    # -- RequestInstance ---------------------------------------------------------------
+
+    def signature(self) -> ModelSignature:
+        return config_signature(self._config)
+
+    def execute_requests(
+        self, requests: Sequence[BackendRequest], senders: Sequence[ResponseSender]
+    ) -> None:
+        if not requests:
+            return
+        if self._closed:
+            _fail_all(senders, f"{self._label} is closed")
+            return
+        call = _Call(senders, [set(r.requested_outputs) for r in requests], [False] * len(requests))
+        call_id = next(self._ids)
+        for attempt in range(2):
+            with self._lock:
+                if self._running:
+                    self._calls[call_id] = call
+                    break
+            if attempt or not self._restart():
+                _fail_all(senders, f"{self._label} is unavailable: {self.unavailable_reason}")
+                return
+        worker = self._worker
+        try:
+            packed = worker.channel.pack([list(r.inputs.items()) for r in requests])
+        except Exception as exc:  # e.g. out of memory for the shared region
+            with self._lock:
+                self._calls.pop(call_id, None)
+            _fail_all(senders, f"{self._label}: could not pass the inputs to the worker: {exc}")
+            return
+        wire = [_wire(r, refs) for r, refs in zip(requests, packed.refs, strict=True)]
+        try:
+            worker.send(("execute", call_id, self._decoupled, wire, packed.region), packed.fd)
+        except OSError:
+            pass  # the worker is gone; its reader fails the call
+        finally:
+            if packed.fd is not None:
+                os.close(packed.fd)
+        if not call.executed.wait(self.settings.execute_timeout):
+            self._end_reason = (
+                f"{self._label}: execute did not return within "
+                f"{self.settings.execute_timeout:g} s (execute_timeout_secs); "
+                "the worker was killed and is being restarted"
+            )
+            log.error("%s", self._end_reason)
+            worker.kill()
+        if not self._running:
+            self._restart()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._end_reason = f"{self._label} was unloaded"
+        self._worker.stop(self.settings.finalize_timeout)
+
+    # -- reader-thread callbacks -------------------------------------------------------
+
+    def _on_message(self, message: tuple[Any, ...], fd: int | None) -> None:
+        tag = message[0]
+        if tag == "responses":
+            _, call_id, items, region, done = message
+            groups = self._worker.channel.unpack([r or [] for _, r, _, _ in items], region, fd)
+            with self._lock:
+                call = self._calls.get(call_id)
+            if call is None:
+                return
+            for (index, refs, error, final), tensors in zip(items, groups, strict=True):
+                if call.final[index]:
+                    continue
+                call.final[index] = final
+                outputs = None
+                if refs is not None:
+                    wanted = call.requested[index]
+                    outputs = {n: a for n, a in tensors if not wanted or n in wanted}
+                _send(call.senders[index], outputs, error, final)
+            if done:
+                if not self._decoupled:  # the worker answers every request first; if not:
+                    for index in [i for i, final in enumerate(call.final) if not final]:
+                        call.final[index] = True
+                        _send(call.senders[index], None, f"{self._label} sent no response", True)
+                call.executed.set()
+            with self._lock:
+                if call.executed.is_set() and all(call.final):
+                    self._calls.pop(call_id, None)
+        elif tag == "query_cancel":
+            _, query_id, call_id, index = message
+            with self._lock:
+                call = self._calls.get(call_id)
+            state = True if call is None else call.senders[index].cancelled
+            with contextlib.suppress(OSError):
+                self._worker.send(("cancel_state", query_id, state))
+        elif fd is not None:
+            os.close(fd)
+
+    def _on_exit(self, how: str) -> None:
+        with self._lock:
+            self._running = False
+            reason = self._end_reason or (
+                f"{self._label}: the python worker process {how} unexpectedly; "
+                "it is being restarted"
+            )
+            expected = self._end_reason is not None
+            calls = list(self._calls.values())
+            self._calls.clear()
+        if not expected:
+            log.error("%s", reason)
+        for call in calls:
+            for index, done in enumerate(call.final):
+                if not done:
+                    call.final[index] = True
+                    _send(call.senders[index], None, reason, True)
+            call.executed.set()
+
+
+def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
+    flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
+    correlation = request.correlation_id if request.correlation_id is not None else 0
+    return WireRequest(
+        inputs=tensors,
+        request_id=request.request_id,
+        correlation_id=correlation,
+        flags=flags,
+        requested_outputs=list(request.requested_outputs),
+        parameters=json.dumps(request.parameters),
+    )
+
+
+def _send(sender: ResponseSender, outputs: Any, error: str | None, final: bool) -> None:
+    try:
+        sender.send(outputs, error=error, final=final)
+    except Exception:  # a sender's failure must not kill the reader thread
+        log.exception("response sender failed")
+
+
+def _fail_all(senders: Sequence[ResponseSender], message: str) -> None:
+    for sender in senders:
+        _send(sender, None, message, True)

@@ -1,0 +1,186 @@
+"""Tensors, datatypes and errors of ``triton_python_backend_utils`` (re-exported there)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "TRITON_STRING_TO_NUMPY",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+]
+
+Array = npt.NDArray[Any]
+# TRITONSERVER_DataType codes, as Tensor.triton_dtype() reports them.
+_CODE_TO_NUMPY: dict[int, type[Any]] = {
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
+}
+_NUMPY_TO_CODE = {np.dtype(t): code for code, t in _CODE_TO_NUMPY.items()}
+
+TRITON_STRING_TO_NUMPY: dict[str, type[Any]] = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+
+def triton_to_numpy_type(data_type: int) -> type[Any] | None:
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type: npt.DTypeLike) -> int | None:
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.type is np.bytes_:
+        return 13
+    return _NUMPY_TO_CODE.get(dtype)
+
+
+def triton_string_to_numpy(triton_type_string: str) -> type[Any]:
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def serialize_byte_tensor(input_tensor: Array) -> bytes:
+    """Triton's length-prefixed BYTES form (``str`` items as UTF-8)."""
+    parts: list[bytes] = []
+    for item in input_tensor.ravel(order="C"):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> Array:
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(encoded_tensor):
+        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
+        offset += 4
+        items.append(bytes(encoded_tensor[offset : offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+class TritonError:
+    """An error carried by an ``InferenceResponse`` (only the message reaches the client)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = message
+        self._code = code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+
+class TritonModelException(Exception):
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        return self._msg
+
+
+class Tensor:
+    """A named numpy array. ``as_numpy()`` returns the array itself (no copy)."""
+
+    def __init__(self, name: str, numpy_array: Array, triton_dtype: int | None = None) -> None:
+        array = np.asarray(numpy_array)
+        if array.dtype.kind in ("U", "S"):
+            # Triton refuses these; carrying them as BYTES is what every model meant.
+            converted = np.empty(array.shape, dtype=np.object_)
+            converted.flat[:] = [
+                item.encode("utf-8") if isinstance(item, str) else bytes(item)
+                for item in array.flat
+            ]
+            array = converted
+        if triton_dtype is not None:
+            target = triton_to_numpy_type(triton_dtype)
+            if target is not None and array.dtype != np.dtype(target):
+                array = array.view(target)
+        code = numpy_to_triton_type(array.dtype)
+        if code is None:
+            raise TritonModelException(
+                f"tensor '{name}': numpy dtype {array.dtype} is not supported by the "
+                "python backend; use np.object_ for strings"
+            )
+        self._name = name
+        self._array = array
+        self._dtype = code
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> Array:
+        return self._array
+
+    def triton_dtype(self) -> int:
+        return self._dtype
+
+    def data_type(self) -> int:
+        """Alias of ``triton_dtype``."""
+        return self._dtype
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        raise TritonModelException("DLPack is not supported by this server's python backend")
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        raise TritonModelException("DLPack is not supported by this server's python backend")

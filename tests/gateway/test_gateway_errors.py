@@ -1,0 +1,249 @@
+"""Bad input is always a 4xx with a clear ``error``, never a 500; and the service going away
+(and coming back) is a 503 that heals by itself."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import running_gateway
+from gateway_process import GatewayProcess, Reply, http_request
+from server_process import DEFAULT_REPOSITORY, ServerProcess
+
+INFER = "/v2/models/add_sub/infer"
+
+
+def _input(**overrides: Any) -> dict[str, Any]:
+    tensor: dict[str, Any] = {"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
+    tensor.update(overrides)
+    return {k: v for k, v in tensor.items() if v is not None}
+
+
+def _request(*inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    second = _input(name="INPUT1")
+    return {"inputs": [*inputs, second] if inputs else [_input(), second], **extra}
+
+
+# (case id, body, fragment the error must contain)
+BAD_INFER_BODIES: list[tuple[str, Any, str]] = [
+    ("malformed-json", b'{"inputs": [', "malformed JSON"),
+    ("not-an-object", b"[1, 2]", "must be a JSON object"),
+    ("inputs-not-a-list", {"inputs": {"name": "INPUT0"}}, "'inputs'"),
+    ("missing-inputs", {}, "'inputs'"),
+    ("unknown-top-level-field", _request(colour="blue"), "unknown field(s) ['colour']"),
+    ("unknown-input-field", _request(_input(colour="red")), "unknown field(s) ['colour']"),
+    (
+        "unknown-output-field",
+        _request(outputs=[{"name": "OUTPUT0", "colour": 1}]),
+        "unknown field(s) ['colour']",
+    ),
+    ("input-without-name", _request(_input(name=None)), "'name'"),
+    ("unknown-datatype", _request(_input(datatype="FLOAT")), "unknown datatype 'FLOAT'"),
+    ("strings-for-fp32", _request(_input(data=["a", "b"])), "must hold numbers"),
+    ("floats-for-int32", _request(_input(datatype="INT32", data=[1.5, 2])), "integers"),
+    ("ints-for-bool", _request(_input(datatype="BOOL", data=[1, 0])), "booleans"),
+    ("out-of-range-int8", _request(_input(datatype="INT8", data=[1, 300])), "out of range"),
+    ("numbers-for-bytes", _request(_input(datatype="BYTES", data=["a", 1])), "strings"),
+    ("null-in-data", _request(_input(data=[1, None])), "'data'"),
+    ("ragged-data", _request(_input(data=[[1], [2, 3]])), "not a regular array"),
+    ("too-few-elements", _request(_input(data=[1])), "holds 1 elements but shape [1, 2] needs 2"),
+    ("too-many-elements", _request(_input(data=[1, 2, 3])), "holds 3 elements"),
+    ("data-not-a-list", _request(_input(data=5)), "must be a JSON array"),
+    ("negative-dim", _request(_input(shape=[-1, 2])), "'shape'"),
+    ("shape-not-a-list", _request(_input(shape="1,2")), "'shape'"),
+    (
+        "data-and-binary",
+        _request(_input(parameters={"binary_data_size": 8})),
+        "exactly one of 'data', 'binary_data_size'",
+    ),
+    ("no-data", _request(_input(data=None)), "exactly one of"),
+    (
+        "binary-size-not-int",
+        _request(_input(data=None, parameters={"binary_data_size": "8"})),
+        "binary_data_size",
+    ),
+    (
+        "binary-without-bytes",
+        _request(_input(data=None, parameters={"binary_data_size": 8})),
+        "expecting 8 additional bytes",
+    ),
+    ("parameters-not-object", _request(parameters=[1]), "'parameters'"),
+    ("parameter-list-value", _request(parameters={"priority": [1]}), "parameter 'priority'"),
+    ("reserved-parameter", _request(parameters={"triton_x": 1}), "reserved for Triton"),
+    (
+        "binary-data-output-not-bool",
+        _request(parameters={"binary_data_output": 1}),
+        "binary_data_output",
+    ),
+    ("id-not-string", _request(id=5), "'id' must be a string"),
+    ("model-name-mismatch", _request(model_name="other"), "differs from the URL"),
+    (
+        "output-binary-not-bool",
+        _request(outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}]),
+        "binary_data",
+    ),
+    # Errors found by the service are 400s too, with its message.
+    ("wrong-datatype-for-model", _request(_input(datatype="INT32")), "expects 'FP32'"),
+    ("unknown-input-name", _request(_input(name="NOPE")), "unexpected inference input 'NOPE'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "fragment"), BAD_INFER_BODIES, ids=[c[0] for c in BAD_INFER_BODIES]
+)
+def test_bad_infer_request_is_400(
+    gateway: GatewayProcess, case: str, body: Any, fragment: str
+) -> None:
+    reply = http_request(gateway.url, "POST", INFER, body)
+    assert reply.status == 400, reply
+    assert fragment in reply.error, reply.error
+
+
+def _with_header(gateway: GatewayProcess, body: bytes, header: str) -> Reply:
+    return http_request(
+        gateway.url, "POST", INFER, body, {"Inference-Header-Content-Length": header}
+    )
+
+
+def test_bad_binary_framing(gateway: GatewayProcess) -> None:
+    head = json.dumps(_request(_input(data=None, parameters={"binary_data_size": 8}))).encode()
+    body = head + b"\0" * 8
+    assert _with_header(gateway, body, str(len(head))).status == 200
+    for header, fragment in (
+        ("abc", "Unable to parse Inference-Header-Content-Length"),
+        ("-5", "inference header size"),
+        (str(len(body) + 1), "inference header size"),
+        (str(len(head) - 1), "malformed JSON"),
+    ):
+        reply = _with_header(gateway, body, header)
+        assert reply.status == 400 and fragment in reply.error, (header, reply)
+    reply = _with_header(gateway, body + b"\0\0", str(len(head)))
+    assert reply.status == 400 and "unexpected additional input data" in reply.error
+    reply = _with_header(gateway, body[:-2], str(len(head)))
+    assert reply.status == 400 and "expecting 2 additional bytes" in reply.error
+
+
+BAD_PLAIN_REQUESTS = [
+    ("POST", "/v2/repository/index", b"{oops", "malformed JSON"),
+    ("POST", "/v2/repository/index", {"ready": "yes"}, "ready"),
+    ("POST", "/v2/repository/index", {"colour": 1}, "unknown field 'colour'"),
+    ("POST", "/v2/repository/index", [1], "must be a JSON object"),
+    ("POST", "/v2/repository/models/add_sub/load", {"parameters": {"x": [1]}}, "parameters"),
+    ("POST", "/v2/repository/models/add_sub/load", {"parameters": 3}, "must be a JSON object"),
+    (
+        "POST",
+        "/v2/repository/models/add_sub/unload",
+        {"parameters": {"unload_dependents": None}},
+        "unload_dependents",
+    ),
+    ("POST", "/v2/systemsharedmemory/region/r/register", {"byte_size": -1}, "out of range"),
+    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": "@@"}}, "base64"),
+    ("POST", "/v2/logging", {"log_info": [True]}, "log_info"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "fragment"), BAD_PLAIN_REQUESTS)
+def test_bad_plain_request_is_400(
+    gateway: GatewayProcess, method: str, path: str, body: Any, fragment: str
+) -> None:
+    reply = http_request(gateway.url, method, path, body)
+    assert reply.status == 400, reply
+    assert fragment in reply.error, reply.error
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/v2/",
+        "/v1/models",
+        "/v2/models",
+        "/v2/models/add_sub/nope",
+        "/v2/health",
+        "/v2/models/a/versions/1/trace/setting",
+        "/v2/repository/models/x",
+    ],
+)
+def test_unknown_route_is_404(gateway: GatewayProcess, path: str) -> None:
+    reply = http_request(gateway.url, "GET", path)
+    assert (reply.status, reply.error) == (404, "Not Found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v2"),
+        ("DELETE", "/v2/models/add_sub"),
+        ("GET", INFER),
+        ("PUT", "/v2/health/live"),
+        ("GET", "/v2/repository/index"),
+        ("POST", "/v2/models/stats"),
+        ("POST", "/openapi.json"),
+    ],
+)
+def test_wrong_method_is_405(gateway: GatewayProcess, method: str, path: str) -> None:
+    reply = http_request(gateway.url, method, path, b"{}" if method != "GET" else None)
+    assert (reply.status, reply.error) == (405, "Method Not Allowed")
+
+
+def test_content_encoding_errors(gateway: GatewayProcess) -> None:
+    body = json.dumps(_request()).encode()
+    reply = http_request(gateway.url, "POST", INFER, body, {"Content-Encoding": "br"})
+    assert reply.status == 415 and "Content-Encoding" in reply.error
+    assert reply.headers["accept-encoding"] == "gzip, deflate"
+    reply = http_request(gateway.url, "POST", INFER, b"not gzip", {"Content-Encoding": "gzip"})
+    assert reply.status == 400 and "malformed gzip" in reply.error
+    reply = http_request(
+        gateway.url, "POST", INFER, gzip.compress(body)[:-8], {"Content-Encoding": "gzip"}
+    )
+    assert reply.status == 400
+
+
+@pytest.fixture(scope="module")
+def small_gateway(default_server: ServerProcess) -> Iterator[GatewayProcess]:
+    with running_gateway(default_server.url, ["--http-max-body-bytes", "2048"]) as gw:
+        yield gw
+
+
+def test_oversize_body_is_413(small_gateway: GatewayProcess) -> None:
+    ok = http_request(small_gateway.url, "POST", INFER, _request())
+    assert ok.status == 200
+    big = _request(_input(shape=[1, 600], data=[0.5] * 600))
+    reply = http_request(small_gateway.url, "POST", INFER, big)
+    assert reply.status == 413 and "--http-max-body-bytes" in reply.error
+    # A small compressed body that inflates past the limit is refused as well.
+    bomb = gzip.compress(b" " * 100_000 + json.dumps(_request()).encode())
+    assert len(bomb) < 2048
+    reply = http_request(small_gateway.url, "POST", INFER, bomb, {"Content-Encoding": "gzip"})
+    assert reply.status == 413
+    # The gateway goes on serving after refusing.
+    assert http_request(small_gateway.url, "GET", "/v2/health/ready").status == 200
+
+
+def test_service_down_is_503_and_recovers(tmp_path: Any) -> None:
+    server = ServerProcess([DEFAULT_REPOSITORY]).start()
+    port = server.port
+    with running_gateway(server.url) as gw:
+        assert http_request(gw.url, "GET", "/v2/health/ready").status == 200
+        assert server.stop() == 0
+        for path in ("/v2/health/ready", "/v2/models/add_sub"):
+            reply = http_request(gw.url, "GET", path)
+            assert reply.status == 503, reply
+            assert f"inference service at 127.0.0.1:{port} is unavailable" in reply.error
+        reply = http_request(gw.url, "POST", INFER, _request())
+        assert reply.status == 503
+        restarted = ServerProcess(
+            [DEFAULT_REPOSITORY], extra_args=["--grpc-port", str(port)]
+        ).start()
+        try:
+            deadline = time.monotonic() + 15
+            while http_request(gw.url, "GET", "/v2/health/ready").status != 200:
+                assert time.monotonic() < deadline, "the gateway did not reconnect"
+                time.sleep(0.1)
+            assert http_request(gw.url, "POST", INFER, _request()).status == 200
+        finally:
+            assert restarted.stop() == 0

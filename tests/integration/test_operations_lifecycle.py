@@ -1,0 +1,226 @@
+"""Readiness and the SIGTERM sequence, observed from outside with requests in flight.
+
+On SIGTERM the server must: turn readiness false at once (ServerReady, both health
+services), refuse new requests with UNAVAILABLE (unary) or an in-band error (streams),
+let in-flight unary requests and streamed requests finish, end open streams with OK once
+their requests are answered, and exit 0 within --exit-timeout-secs, even when an
+execution outlives that timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from integration_support import infer_input, running_server, wait_for_log
+from operations_support import (
+    HEALTH_CHECK,
+    NOT_SERVING,
+    SERVING,
+    decode_health,
+    encode_health,
+    slow_inputs,
+    write_add_sub,
+    write_slow,
+)
+from server_process import ServerProcess
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+SERVICE = "inference.GRPCInferenceService"
+TARGET_S = 0.6  # how long one slow request should run
+
+
+@pytest.fixture(scope="module")
+def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("ops_slow")
+    write_slow(repo)
+    return repo
+
+
+def _inputs(rows: int) -> list[grpcclient.InferInput]:
+    return [
+        infer_input(name, array, grpcclient.np_to_triton_dtype(array.dtype))
+        for name, array in slow_inputs(rows).items()
+    ]
+
+
+def _stream_request(rows: int, request_id: str) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="slow", id=request_id)
+    for name, array in slow_inputs(rows).items():
+        tensor = request.inputs.add(name=name, shape=list(array.shape))
+        tensor.datatype = grpcclient.np_to_triton_dtype(array.dtype)
+        request.raw_input_contents.append(array.tobytes())
+    return request
+
+
+def _calibrate(url: str) -> int:
+    """Rows for a request of about TARGET_S seconds on this machine, now."""
+    rows = 2000
+    with grpcclient.InferenceServerClient(url) as client:
+        client.infer("slow", _inputs(rows))  # warm-up
+        started = time.monotonic()
+        client.infer("slow", _inputs(rows))
+        took = max(time.monotonic() - started, 1e-3)
+    return max(1, min(int(rows * TARGET_S / took), 2_000_000))
+
+
+def _wait_exit(server: ServerProcess, timeout: float) -> int:
+    """The exit code, without sending another signal (ServerProcess.stop would)."""
+    proc = server._proc
+    assert proc is not None
+    return proc.wait(timeout)
+
+
+async def _health(channel: grpc.aio.Channel, service: str) -> int:
+    check = channel.unary_unary(HEALTH_CHECK)
+    return decode_health(await check(encode_health(service), timeout=5))
+
+
+async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path) -> None:
+    server = ServerProcess([slow_repo]).start()
+    try:
+        rows = _calibrate(server.url)
+        async with (
+            aioclient.InferenceServerClient(server.url) as client,
+            grpc.aio.insecure_channel(server.url) as channel,
+        ):
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            assert await _health(channel, "") == SERVING
+            assert await _health(channel, SERVICE) == SERVING
+            stream = stub.ModelStreamInfer()
+            await stream.write(_stream_request(rows, "s1"))
+            unary = [
+                asyncio.create_task(client.infer("slow", _inputs(rows), request_id=f"u{i}"))
+                for i in range(2)
+            ]
+            await asyncio.sleep(TARGET_S / 3)  # all three reached the server; one runs
+            assert not all(task.done() for task in unary)
+            os.kill(server.pid, signal.SIGTERM)
+            await asyncio.to_thread(wait_for_log, server, "shutting down")
+
+            # Draining: not ready anywhere, still live, new work refused.
+            assert await client.is_server_ready() is False
+            assert await client.is_server_live() is True
+            assert await _health(channel, "") == NOT_SERVING
+            assert await _health(channel, SERVICE) == NOT_SERVING
+            with pytest.raises(InferenceServerException) as late:
+                await client.infer("slow", _inputs(1), request_id="late")
+            assert late.value.status() == "StatusCode.UNAVAILABLE"
+            assert "Server is shutting down" in (late.value.message() or "")
+            await stream.write(_stream_request(1, "s2"))
+
+            # In-flight work completes; the stream answers both and then ends by itself.
+            results = await asyncio.gather(*unary)
+            assert [r.get_response().id for r in results] == ["u0", "u1"]
+            answers = {}
+            while (reply := await stream.read()) != grpc.aio.EOF:
+                answers[reply.infer_response.id] = reply.error_message
+            assert answers["s1"] == ""
+            assert "Server is shutting down" in answers["s2"]
+            assert await stream.code() == grpc.StatusCode.OK
+        code = await asyncio.to_thread(_wait_exit, server, 30)
+        assert code == 0, server.log
+        log = server.log
+        assert log.index("shutting down") < log.index("server stopped")
+        assert "Traceback" not in log, log
+    finally:
+        server.kill()
+
+
+async def test_idle_stream_does_not_hold_the_exit(slow_repo: Path) -> None:
+    server = ServerProcess([slow_repo], extra_args=["--exit-timeout-secs", "30"]).start()
+    try:
+        async with grpc.aio.insecure_channel(server.url) as channel:
+            stream = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer()
+            await stream.write(_stream_request(1, "only"))
+            assert (await stream.read()).infer_response.id == "only"
+            started = time.monotonic()
+            os.kill(server.pid, signal.SIGTERM)
+            assert await stream.read() == grpc.aio.EOF  # ended by the server, not the client
+            assert await stream.code() == grpc.StatusCode.OK
+        assert await asyncio.to_thread(_wait_exit, server, 30) == 0, server.log
+        assert time.monotonic() - started < 10, "an idle stream held the exit"
+    finally:
+        server.kill()
+
+
+def test_exit_timeout_bounds_the_exit(slow_repo: Path) -> None:
+    """An execution longer than --exit-timeout-secs does not keep the process alive."""
+    server = ServerProcess([slow_repo], extra_args=["--exit-timeout-secs", "0.5"]).start()
+    try:
+        rows = _calibrate(server.url) * 6  # ~3.6 s of work
+        with grpcclient.InferenceServerClient(server.url) as client:
+            errors: list[InferenceServerException] = []
+
+            def long_request() -> None:
+                try:
+                    client.infer("slow", _inputs(rows))
+                except InferenceServerException as exc:
+                    errors.append(exc)
+
+            worker = threading.Thread(target=long_request)
+            worker.start()
+            time.sleep(0.3)  # the request reaches the server and starts executing
+            started = time.monotonic()
+            os.kill(server.pid, signal.SIGTERM)
+            assert _wait_exit(server, 30) == 0, server.log
+            took = time.monotonic() - started
+            worker.join(30)
+        assert took < TARGET_S * 6 - 0.5, f"exit took {took:.2f}s: it waited for the execution"
+        assert errors, "the long request should not have completed"
+        assert "exit timeout reached" in server.log
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def mixed_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("ops_mixed")
+    write_add_sub(repo, "good")
+    broken = repo / "broken"
+    broken.mkdir()
+    (broken / "config.pbtxt").write_text("max_batch_size: [ oops")
+    return repo
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+def test_strict_readiness(mixed_repo: Path, strict: bool) -> None:
+    """Strict: not ready while a model failed to load; lenient: ready once the server is up.
+
+    The gRPC health check on the inference service's name follows ServerReady (what a
+    Kubernetes readiness probe asks); the overall service "" only says the process serves.
+    """
+    flag = f"--strict-readiness={'true' if strict else 'false'}"
+    with (
+        running_server([mixed_repo], extra_args=[flag]) as server,
+        grpcclient.InferenceServerClient(server.url) as client,
+        grpc.insecure_channel(server.url) as channel,
+    ):
+        assert client.is_server_live() is True
+        assert client.is_server_ready() is (not strict)
+        assert client.is_model_ready("good") is True
+        assert client.is_model_ready("broken") is False
+        check = channel.unary_unary(HEALTH_CHECK)
+        assert decode_health(check(encode_health(""), timeout=5)) == SERVING
+        ready = decode_health(check(encode_health(SERVICE), timeout=5))
+        assert ready == (NOT_SERVING if strict else SERVING)
+        np.testing.assert_array_equal(
+            client.infer(
+                "good",
+                [
+                    infer_input("INPUT0", np.ones((1, 2), np.float32), "FP32"),
+                    infer_input("INPUT1", np.ones((1, 2), np.float32), "FP32"),
+                ],
+            ).as_numpy("OUTPUT0"),
+            np.full((1, 2), 2.0, np.float32),
+        )

@@ -1,0 +1,137 @@
+"""triton_python_backend_utils, the config's JSON form, and the worker channel, in-process."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inference import model_config_pb2 as mc
+from service.backends.python import triton_python_backend_utils as pb_utils
+from service.backends.python.config_json import apply_completed, config_to_json
+from service.backends.python.protocol import Channel
+
+
+def test_tensor_types_follow_triton() -> None:
+    assert pb_utils.Tensor("x", np.zeros(2, np.float32)).triton_dtype() == 11
+    assert pb_utils.Tensor("x", np.zeros(2, np.bool_)).triton_dtype() == 1
+    strings = pb_utils.Tensor("s", np.array(["a", "b"]))  # numpy str arrays become BYTES
+    assert strings.triton_dtype() == 13 and strings.as_numpy().tolist() == [b"a", b"b"]
+    assert pb_utils.numpy_to_triton_type(np.int64) == 9
+    assert pb_utils.triton_to_numpy_type(8) is np.int32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    reinterpret = pb_utils.Tensor("r", np.zeros(2, np.uint16), triton_dtype=10)
+    assert reinterpret.as_numpy().dtype == np.float16
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.Tensor("c", np.zeros(2, np.complex64))
+    items = np.array([b"ab", "c\u00e9"], dtype=np.object_)
+    assert pb_utils.deserialize_bytes_tensor(pb_utils.serialize_byte_tensor(items)).tolist() == [
+        b"ab",
+        "c\u00e9".encode(),
+    ]
+
+
+def test_response_sender_rules() -> None:
+    sent: list[tuple[Any, bool]] = []
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+    def emit(response: Any, is_final: bool) -> None:
+        sent.append((response, is_final))
+
+    decoupled = pb_utils.InferenceResponseSender(emit, lambda: False, decoupled=True)
+    response = pb_utils.InferenceResponse([])
+    decoupled.send(response)
+    decoupled.send(response)
+    decoupled.send(flags=final)
+    assert sent == [(response, False), (response, False), (None, True)]
+    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+        decoupled.send(response)
+    sent.clear()
+    single = pb_utils.InferenceResponseSender(emit, lambda: True, decoupled=False)
+    single.send(response)  # held until the final flag, so the server sees one response
+    assert sent == [] and single.is_cancelled()
+    with pytest.raises(pb_utils.TritonModelException, match="more than one"):
+        single.send(response)
+    single.send(flags=final)
+    assert sent == [(response, True)]
+    request = pb_utils.InferenceRequest([], request_id="r", sender=single)
+    with pytest.raises(pb_utils.TritonModelException, match="BLS"):
+        request.exec()
+
+
+def test_model_config_setters_follow_triton_rules() -> None:
+    config = pb_utils.ModelConfig(json.dumps({"name": "m", "max_batch_size": 8, "input": []}))
+    config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [3]})
+    config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [3]})  # same: no-op
+    assert config.as_dict()["input"] == [{"name": "A", "data_type": "TYPE_FP32", "dims": [3]}]
+    with pytest.raises(ValueError, match="expects datatype TYPE_FP32"):
+        config.add_input({"name": "A", "data_type": "TYPE_INT8", "dims": [3]})
+    with pytest.raises(ValueError, match="other than"):
+        config.add_output({"name": "B", "data_type": "TYPE_FP32", "dims": [1], "bogus": 1})
+    with pytest.raises(ValueError, match="missing 'dims'"):
+        config.add_output({"name": "B", "data_type": "TYPE_FP32"})
+    with pytest.raises(ValueError, match="max_batch_size 8"):
+        config.set_max_batch_size(4)
+    config.set_max_batch_size(16)
+    config.set_model_transaction_policy({"decoupled": True})
+    with pytest.raises(ValueError, match="decoupled"):
+        config.set_model_transaction_policy({"decoupled": False})
+    config.as_dict()["sequence_batching"] = {}
+    with pytest.raises(ValueError, match="sequence_batching"):
+        config.set_dynamic_batching()
+
+
+def test_config_json_has_numbers_and_omits_unset_messages() -> None:
+    config = mc.ModelConfig(name="m", backend="python", max_batch_size=2)
+    config.input.add(name="X", data_type=mc.TYPE_FP32, dims=[4, -1])
+    as_dict = json.loads(config_to_json(config))
+    assert as_dict["input"][0]["dims"] == [4, -1]
+    assert as_dict["max_batch_size"] == 2 and as_dict["output"] == []
+    assert "model_transaction_policy" not in as_dict
+    as_dict["output"].append({"name": "Y", "data_type": "TYPE_FP32", "dims": [4]})
+    as_dict["model_transaction_policy"] = {"decoupled": True}
+    apply_completed(config, json.dumps(as_dict))
+    assert config.output[0].name == "Y" and config.model_transaction_policy.decoupled
+    with pytest.raises(ValueError, match="invalid config"):
+        apply_completed(config, json.dumps({"name": "m", "no_such_field": 1}))
+
+
+def test_channel_moves_large_tensors_through_reused_shared_regions() -> None:
+    left_sock, right_sock = socket.socketpair()
+    left, right = Channel(left_sock, inline_limit=1024), Channel(right_sock, inline_limit=1024)
+    try:
+        big = np.arange(300_000, dtype=np.float32)
+        small = np.array([[1, 2]], dtype=np.int16)
+        text = np.array([b"x" * 2000, b""], dtype=np.object_)
+        regions = []
+        kept = None
+        for round_ in range(4):
+            packed = left.pack([[("big", big + round_), ("small", small)], [("text", text)]])
+            assert packed.region is not None
+            regions.append(packed.region.id)
+            left.send(("data", packed.refs, packed.region), packed.fd)
+            if packed.fd is not None:
+                os.close(packed.fd)
+            message, fd = right.recv()
+            (first, second) = right.unpack(message[1], message[2], fd)
+            arrays = dict(first + second)
+            assert np.array_equal(arrays["big"], big + round_)
+            assert arrays["small"].dtype == np.int16 and arrays["small"].tolist() == [[1, 2]]
+            assert arrays["text"].tolist() == [b"x" * 2000, b""]
+            arrays["big"][0] = -1  # receivers may write into what they got
+            if round_ == 1:
+                kept = arrays["big"]  # held on to: its region must not be reused
+            del arrays, first, second
+            gc.collect()
+            right.send(("ack",))  # carries the released regions back
+            left.recv()
+        assert kept is not None and kept[1] == 1 + 1  # round 1 data, not overwritten
+        assert regions[0] == regions[1] != regions[2] and regions[2] == regions[3]
+    finally:
+        left.close()
+        right.close()
