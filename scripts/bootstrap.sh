@@ -23,7 +23,8 @@ stamp_write() {
   local file="$1"; shift
   cat "$@" | sha256sum | cut -d' ' -f1 > "$file"
 }
-pip_quiet() { "$@" --disable-pip-version-check -q 2>&1 | grep -v '^WARNING: Location' || true; }
+# pip's own exit status counts; only the index-location warnings are filtered out.
+pip_quiet() { "$@" --disable-pip-version-check -q 2> >(grep -v '^WARNING: Location' >&2); }
 
 make_venv() {
   [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
@@ -48,7 +49,7 @@ if [ "$what" = "test" ]; then
   if ! stamp_ok node_modules/.stamp package-lock.json; then
     command -v npm >/dev/null || { echo "bootstrap: npm is required for buf" >&2; exit 1; }
     echo "bootstrap: installing buf (npm ci)"
-    npm ci --silent --no-audit --no-fund
+    npm ci --no-audit --no-fund --loglevel=error
     stamp_write node_modules/.stamp package-lock.json
   fi
 else
