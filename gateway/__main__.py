@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import socket
 import sys
@@ -38,12 +39,54 @@ def _bind(config: GatewayConfig) -> socket.socket:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, logging Triton's start-up line once it accepts requests."""
+    """uvicorn's server, logging Triton's start-up line once it accepts requests, and
+    draining on SIGTERM as the service does: readiness false at once, new requests
+    refused, in-flight ones finish, then exit within ``exit_timeout`` seconds."""
 
-    def __init__(self, config: uvicorn.Config, sock: socket.socket, target: str) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        sock: socket.socket,
+        target: str,
+        app: GatewayApp,
+        exit_timeout: float,
+    ) -> None:
         super().__init__(config)
         self._sock = sock
         self._target = target
+        self._app = app
+        self._exit_timeout = exit_timeout
+        self._drain: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        """First signal: drain; a second one stops at once (uvicorn's own handling)."""
+        if self._loop is None or self._app.draining:
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            return
+        self._app.begin_drain()
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        deadline = time.monotonic() + self._exit_timeout
+        log.info(
+            "Stopping: readiness false, waiting up to %gs for %d in-flight request(s)",
+            self._exit_timeout,
+            self._app.in_flight,
+        )
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._app.wait_idle(), self._exit_timeout)
+        if self._app.in_flight:
+            log.warning("Exit timeout: %d request(s) still in flight", self._app.in_flight)
+        # uvicorn then closes the listener and idle connections, and cancels what still
+        # runs once the remaining time is spent.
+        remaining = max(0.1, deadline - time.monotonic())
+        # uvicorn types it int; it only goes to asyncio.wait_for, which takes a float.
+        self.config.timeout_graceful_shutdown = remaining  # type: ignore[assignment]
+        self.should_exit = True
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -60,18 +103,22 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.started:
             host, port = self._sock.getsockname()[:2]
             log.info("REST gateway in front of the gRPC service at %s", self._target)
-            log.info("Started HTTPService at %s:%d", host, port)
+            scheme = " (HTTPS)" if self.config.ssl else ""
+            log.info("Started HTTPService at %s:%d%s", host, port, scheme)
 
 
 async def serve(config: GatewayConfig) -> int:
     """Run uvicorn (httptools) on our own socket; 0 after a clean stop."""
     sock = _bind(config)
+    app = GatewayApp(config)
+    https = config.https
     uv_config = uvicorn.Config(
-        GatewayApp(config),
+        app,
         loop="none",
         http="httptools",
         ws="none",
@@ -80,9 +127,11 @@ async def serve(config: GatewayConfig) -> int:
         log_level="info" if config.log_verbose > 0 else "warning",
         server_header=False,
         proxy_headers=False,  # no per-request middleware: the gateway trusts no forwarded headers
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=math.ceil(config.exit_timeout_secs) or 1,
+        ssl_certfile=str(https.cert) if https is not None else None,
+        ssl_keyfile=str(https.key) if https is not None else None,
     )
-    server = _Server(uv_config, sock, config.grpc_target)
+    server = _Server(uv_config, sock, config.grpc_target, app, config.exit_timeout_secs)
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -17,8 +17,9 @@ from typing import Any
 import grpc
 import orjson
 
+from .access import Access
 from .compression import decompress
-from .config import GatewayConfig
+from .config import GatewayConfig, GrpcTls
 from .errors import GatewayError
 from .handlers import Handlers, HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
@@ -47,6 +48,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 _HTML = (b"content-type", b"text/html; charset=utf-8")
 _THREAD_INFLATE_BYTES = 256 * 1024
 _JSON = (b"content-type", b"application/json")
+#: Routes still forwarded while the gateway drains (liveness, per-model readiness).
+_WHILE_DRAINING = frozenset({"ServerLive", "ModelReady"})
 
 
 def _version() -> str:
@@ -71,12 +74,34 @@ class GatewayApp:
             b"/openapi.json": HttpResponse(200, orjson.dumps(self.document), [_JSON]),
             b"/docs": HttpResponse(200, docs_page(self.document), [_HTML]),
         }
+        self.access = Access(config.restricted)
         self._channel: grpc.aio.Channel | None = None
         self._handlers: Handlers | None = None
+        #: Set at SIGTERM: readiness answers 400 and new requests are refused.
+        self.draining = False
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def begin_drain(self) -> None:
+        """Readiness false from now on; requests already running go on."""
+        self.draining = True
+
+    async def wait_idle(self) -> None:
+        """Until no request is in flight (streams included)."""
+        await self._idle.wait()
 
     async def startup(self) -> None:
         """Open the channel; it connects lazily, so a service that is down is no error."""
-        self._channel = grpc.aio.insecure_channel(self.config.grpc_target, options=CHANNEL_OPTIONS)
+        tls = self.config.grpc_tls
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(
+                self.config.grpc_target, options=CHANNEL_OPTIONS
+            )
+        else:
+            self._channel = grpc.aio.secure_channel(
+                self.config.grpc_target, _credentials(tls), options=CHANNEL_OPTIONS
+            )
         self._channel.get_state(try_to_connect=True)
         self._handlers = Handlers(self._channel, self.config.grpc_target)
 
@@ -107,6 +132,16 @@ class GatewayApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await self._respond(scope, receive)
         except GatewayError as exc:
@@ -134,6 +169,12 @@ class GatewayApp:
             return static
         route, binding, params = self.router.match(method, raw_path)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self.access.check(route.rpc, headers)  # before the body is read or any RPC made
+        if self.draining:
+            if route.rpc == "ServerReady":
+                return HttpResponse(400, headers=[])  # Triton's not-ready answer
+            if route.rpc not in _WHILE_DRAINING:
+                raise GatewayError(503, "Server is stopping: the request was not started")
         body = await self._read_body(receive, headers)
         encoding = headers.get("content-encoding")
         if body and encoding is not None:
@@ -144,7 +185,7 @@ class GatewayApp:
                 body = decompress(body, encoding, limit)
         if self._handlers is None:
             raise GatewayError(503, "the gateway is starting or stopping")
-        request = HttpRequest(method, raw_path, headers, body)
+        request = HttpRequest(method, raw_path, headers, body, self.access.metadata(headers))
         return await self._handlers.handle(route, binding, params, request)
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
@@ -195,6 +236,16 @@ async def _stream(response: HttpResponse, receive: Receive, send: Send) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await stream.aclose()
+
+
+def _credentials(tls: GrpcTls) -> grpc.ChannelCredentials:
+    """TLS to the service; the files are read once, at start (a missing one stops it)."""
+    root = tls.root_cert.read_bytes() if tls.root_cert is not None else None
+    cert = tls.client_cert.read_bytes() if tls.client_cert is not None else None
+    key = tls.client_key.read_bytes() if tls.client_key is not None else None
+    return grpc.ssl_channel_credentials(
+        root_certificates=root, private_key=key, certificate_chain=cert
+    )
 
 
 def _too_large(size: int, limit: int) -> GatewayError:

@@ -4,13 +4,59 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "GatewayConfig", "parse_args"]
+__all__ = [
+    "API_GROUPS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "GatewayConfig",
+    "GrpcTls",
+    "HttpsConfig",
+    "RestrictedApi",
+    "parse_args",
+]
 
 #: Largest request body read (and largest inflated body); 1 GiB keeps one request from
 #: exhausting memory while leaving room for large binary tensors.
 DEFAULT_MAX_BODY_BYTES = 1 << 30
+
+#: Triton's API groups for --http-restricted-api (the service's PROTOCOL_GROUPS).
+API_GROUPS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RestrictedApi:
+    """Groups whose routes need the HTTP header ``key: value``. The value never prints."""
+
+    groups: frozenset[str]
+    key: str
+    value: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcTls:
+    """TLS to the service; ``client_cert``/``client_key`` for mutual TLS."""
+
+    root_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpsConfig:
+    cert: Path
+    key: Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +66,10 @@ class GatewayConfig:
     http_port: int = 8000
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_verbose: int = 0
+    restricted: tuple[RestrictedApi, ...] = ()
+    grpc_tls: GrpcTls | None = None
+    https: HttpsConfig | None = None
+    exit_timeout_secs: float = 30.0
 
 
 _DEFAULTS = GatewayConfig()
@@ -30,6 +80,42 @@ def _positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text}")
+    return value
+
+
+def restricted_apis(specs: Sequence[str]) -> tuple[RestrictedApi, ...]:
+    """``<groups>:<key>=<value>`` (Triton's syntax); a group may appear in one spec only."""
+    out: list[RestrictedApi] = []
+    seen: set[str] = set()
+    for spec in specs:
+        groups_text, colon, pair = spec.partition(":")
+        key, equals, value = pair.partition("=")
+        groups = {g.strip() for g in groups_text.split(",") if g.strip()}
+        if not colon or not equals or not groups or not key.strip() or not value:
+            raise ValueError("--http-restricted-api: expected '<groups>:<key>=<value>'")
+        unknown = sorted(groups - set(API_GROUPS))
+        if unknown:
+            raise ValueError(
+                f"--http-restricted-api: unknown API group(s) {unknown}; "
+                f"known: {', '.join(API_GROUPS)}"
+            )
+        twice = sorted(groups & seen)
+        if twice:
+            raise ValueError(f"--http-restricted-api: API group(s) {twice} restricted twice")
+        seen |= groups
+        out.append(RestrictedApi(frozenset(groups), key.strip().lower(), value))
+    return tuple(out)
+
+
+def _readable(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> None:
+    if path is not None and not path.is_file():
+        parser.error(f"{flag}: no such file: {path}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
@@ -57,11 +143,64 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         help="largest request body accepted, after decompression (default %(default)s)",
     )
     parser.add_argument("--log-verbose", type=int, default=0, help="verbose logging level")
+    parser.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<groups>:<key>=<value>",
+        help="routes of these API groups need HTTP header <key>: <value> "
+        f"(comma-separated: {', '.join(API_GROUPS)}); repeatable. The key is also "
+        "forwarded to the service as gRPC metadata triton-grpc-protocol-<key>",
+    )
+    parser.add_argument("--grpc-use-ssl", action="store_true", help="talk TLS to the gRPC service")
+    parser.add_argument(
+        "--grpc-root-cert",
+        type=Path,
+        help="PEM root certificates that sign the service's certificate (default: system)",
+    )
+    parser.add_argument(
+        "--grpc-client-cert", type=Path, help="PEM client certificate chain (mutual TLS)"
+    )
+    parser.add_argument("--grpc-client-key", type=Path, help="PEM client private key (mutual TLS)")
+    parser.add_argument("--https-cert", type=Path, help="serve HTTPS with this PEM certificate")
+    parser.add_argument("--https-key", type=Path, help="PEM private key for --https-cert")
+    parser.add_argument(
+        "--exit-timeout-secs",
+        type=_non_negative,
+        default=_DEFAULTS.exit_timeout_secs,
+        help="on SIGTERM, how long in-flight requests may take to finish (default %(default)s)",
+    )
     opts = parser.parse_args(argv)
+    try:
+        restricted = restricted_apis(opts.http_restricted_api)
+    except ValueError as exc:
+        parser.error(str(exc))
+    grpc_tls = None
+    tls_files = (opts.grpc_root_cert, opts.grpc_client_cert, opts.grpc_client_key)
+    if opts.grpc_use_ssl:
+        if (opts.grpc_client_cert is None) != (opts.grpc_client_key is None):
+            parser.error("--grpc-client-cert and --grpc-client-key go together")
+        _readable(parser, "--grpc-root-cert", opts.grpc_root_cert)
+        _readable(parser, "--grpc-client-cert", opts.grpc_client_cert)
+        _readable(parser, "--grpc-client-key", opts.grpc_client_key)
+        grpc_tls = GrpcTls(*tls_files)
+    elif any(path is not None for path in tls_files):
+        parser.error("--grpc-root-cert/--grpc-client-cert/--grpc-client-key need --grpc-use-ssl")
+    https = None
+    if opts.https_cert is not None or opts.https_key is not None:
+        if opts.https_cert is None or opts.https_key is None:
+            parser.error("--https-cert and --https-key go together")
+        _readable(parser, "--https-cert", opts.https_cert)
+        _readable(parser, "--https-key", opts.https_key)
+        https = HttpsConfig(opts.https_cert, opts.https_key)
     return GatewayConfig(
         grpc_target=opts.grpc_target,
         http_address=opts.http_address,
         http_port=opts.http_port,
         max_body_bytes=opts.http_max_body_bytes,
         log_verbose=opts.log_verbose,
+        restricted=restricted,
+        grpc_tls=grpc_tls,
+        https=https,
+        exit_timeout_secs=opts.exit_timeout_secs,
     )

@@ -45,6 +45,8 @@ class HttpRequest:
     raw_path: bytes
     headers: dict[str, str]
     body: bytes = b""
+    #: gRPC metadata sent with every call made for this request (trace context, keys).
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -84,7 +86,7 @@ class Handlers:
         if binding.body and request.body.strip():
             body = load_json(request.body, "the request body")
         message = build_request(route, binding, params, body)
-        response = await self._call(route.rpc, message)
+        response = await self._call(route.rpc, message, request.metadata)
         if route.codec == hr.HTTP_CODEC_STATUS:
             return self._status(route, response)
         if not route.output_type.fields:
@@ -98,10 +100,11 @@ class Handlers:
         model, version = params["model_name"], params.get("model_version", "")
         doc = load_json(request.body, "the generate request") if request.body.strip() else {}
         metadata = await self._call(
-            "ModelMetadata", pb.ModelMetadataRequest(name=model, version=version)
+            "ModelMetadata", pb.ModelMetadataRequest(name=model, version=version), request.metadata
         )
         infer = build_generate_request(doc, metadata, model, version)
-        responses = self._stream(self._stub.ModelStreamInfer(iter([infer])))
+        call = self._stub.ModelStreamInfer(iter([infer]), metadata=request.metadata or None)
+        responses = self._stream(call)
         if binding.sse:
             first = await anext(responses, None)
             status = 400 if first is not None and first.error_message else 200
@@ -131,9 +134,9 @@ class Handlers:
         finally:
             call.cancel()
 
-    async def _call(self, rpc: str, message: Any) -> Any:
+    async def _call(self, rpc: str, message: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
         try:
-            return await getattr(self._stub, rpc)(message)
+            return await getattr(self._stub, rpc)(message, metadata=metadata or None)
         except grpc.aio.AioRpcError as exc:
             raise rpc_error(exc, self._target) from None
 
@@ -152,7 +155,9 @@ class Handlers:
         length = header_length(body, given)
         if given is not None and length == 0:
             metadata = await self._call(
-                "ModelMetadata", pb.ModelMetadataRequest(name=model, version=version)
+                "ModelMetadata",
+                pb.ModelMetadataRequest(name=model, version=version),
+                request.metadata,
             )
             call = InferCall(raw_binary_request(body, metadata, model, version), True)
         else:
@@ -160,7 +165,7 @@ class Handlers:
                 raise GatewayError(400, "empty request body: expected the inference request JSON")
             header = load_json(memoryview(body)[:length], "the inference request")
             call = decode_infer(header, BinaryReader(body, length, model), model, version)
-        response = await self._call("ModelInfer", call.request)
+        response = await self._call("ModelInfer", call.request, request.metadata)
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head
         headers = response_headers(len(head), bool(parts))

@@ -100,6 +100,17 @@ class GatewayProcess:
         self._close_pipe()
         return code
 
+    def send_signal(self, sig: int) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; returns the exit code."""
+        assert self._proc is not None
+        code = self._proc.wait(timeout)
+        self._close_pipe()
+        return code
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()

@@ -120,7 +120,8 @@ def test_statistics(gateway: GatewayProcess) -> None:
     every = get(gateway, "/v2/models/stats")
     assert every.status == 200
     names = [s["name"] for s in every.json()["model_stats"]]
-    assert sorted(names) == ["add_sub", "iris_classifier", "text_upper"]
+    # The default repository grows with other features; these three are always there.
+    assert {"add_sub", "iris_classifier", "text_upper"} <= set(names)
     for path in ("/v2/models/add_sub/stats", "/v2/models/add_sub/versions/1/stats"):
         (stats,) = get(gateway, path).json()["model_stats"]
         assert stats["name"] == "add_sub" and stats["version"] == "1"
@@ -145,11 +146,10 @@ def test_repository_index(gateway: GatewayProcess) -> None:
     for body in (None, {}, {"ready": True}, {"ready": False}):
         reply = post(gateway, "/v2/repository/index", body)
         assert reply.status == 200, reply
-        assert reply.json() == [
-            {"name": "add_sub", "version": "1", "state": "READY"},
-            {"name": "iris_classifier", "version": "1", "state": "READY"},
-            {"name": "text_upper", "version": "1", "state": "READY"},
-        ]
+        index = reply.json()
+        assert [e["name"] for e in index] == sorted(e["name"] for e in index)
+        assert all(e == {"name": e["name"], "version": "1", "state": "READY"} for e in index)
+        assert {"add_sub", "iris_classifier", "text_upper"} <= {e["name"] for e in index}
 
 
 def test_load_unload_refused_in_mode_none(gateway: GatewayProcess) -> None:

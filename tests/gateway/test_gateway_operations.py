@@ -366,3 +366,28 @@ def test_sigterm_exit_timeout_bounds_the_wait(fake: FakeService, plain_service: 
     finally:
         gw.kill()
         fake.release.set()
+
+
+# --- with the real service -------------------------------------------------------------------
+
+
+def test_one_key_guards_both_hops_of_the_real_service() -> None:
+    """The service restricts metadata; the gateway requires the same key of REST callers
+    and forwards it, so a caller with the key passes both and one without stops at 403."""
+    from server_process import ServerProcess
+
+    restricted = ["--grpc-restricted-protocol=metadata:api-key=k1"]
+    with ServerProcess(extra_args=restricted) as service:
+        with running_gateway(service.url, ["--http-restricted-api=metadata:api-key=k1"]) as gw:
+            assert http_request(gw.url, "GET", "/v2").status == 403
+            reply = http_request(gw.url, "GET", "/v2", headers={"api-key": "k1"})
+            assert reply.status == 200, reply
+            assert reply.json()["name"]
+            # Unrestricted on both hops: no key needed.
+            assert http_request(gw.url, "GET", "/v2/health/ready").status == 200
+        # A gateway without the flag lets the call through; the service refuses it (only
+        # configured keys are forwarded).
+        with running_gateway(service.url) as gw:
+            refused = http_request(gw.url, "GET", "/v2", headers={"api-key": "k1"})
+            assert refused.status >= 400, refused
+            assert "This protocol is restricted" in refused.error

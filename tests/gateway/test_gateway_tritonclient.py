@@ -207,7 +207,9 @@ def test_statistics_count_gateway_requests(client: httpclient.InferenceServerCli
 
 def test_repository_index(client: httpclient.InferenceServerClient) -> None:
     index = client.get_model_repository_index()
-    assert {e["name"]: e["state"] for e in index} == {m: "READY" for m in CASES}
+    states = {e["name"]: e["state"] for e in index}
+    assert set(CASES) <= set(states)  # the default repository may hold more models
+    assert set(states.values()) == {"READY"}
     assert all(e["version"] == "1" for e in index)
     assert all("reason" not in e for e in index)
 
