@@ -33,7 +33,14 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
-DEFAULT_MODELS = ("add_sub", "iris_classifier", "text_upper")
+DEFAULT_MODELS = (
+    "add_sub",
+    "iris_classifier",
+    "iris_pipeline",
+    "iris_preprocess",
+    "text_upper",
+    "token_stream",
+)
 
 ADD_SUB_IO = (
     [("INPUT0", "FP32", [-1]), ("INPUT1", "FP32", [-1])],

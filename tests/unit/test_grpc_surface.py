@@ -203,7 +203,10 @@ def test_model_statistics_lists_every_loaded_model(channel: grpc.Channel) -> Non
     assert sorted((s.name, s.version) for s in response.model_stats) == [
         ("add_sub", "1"),
         ("iris_classifier", "1"),
+        ("iris_pipeline", "1"),
+        ("iris_preprocess", "1"),
         ("text_upper", "1"),
+        ("token_stream", "1"),
     ]
 
 
