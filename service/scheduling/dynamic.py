@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -21,23 +20,16 @@ from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
+from .hooks import DELAY_ENV, WakeTimer, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
 from .queues import PriorityQueues
 
-__all__ = ["DynamicBatchScheduler", "delay_count_from_env"]
+__all__ = ["DynamicBatchScheduler"]
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
-
-
-def delay_count_from_env() -> int:
-    """TRITONSERVER_DELAY_SCHEDULER=N (test-only): hold batching until N jobs are queued."""
-    try:
-        return max(0, int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0")))
-    except ValueError:
-        return 0
 
 
 class DynamicBatchScheduler:
@@ -56,9 +48,9 @@ class DynamicBatchScheduler:
         self._policy = BatchPolicy.from_config(config)
         self._queues = PriorityQueues.from_config(config.dynamic_batching)
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
-        self._delay_count = delay_count_from_env() if delay_count is None else delay_count
+        self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
         self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = WakeTimer(self._wake)
         self._task: asyncio.Task[None] | None = None
         self._executing: set[asyncio.Future[tuple[list[JobOutputs], BatchTimings]]] = set()
         self._inflight = 0
@@ -125,15 +117,7 @@ class DynamicBatchScheduler:
         deadline = self._queues.next_deadline()
         if deadline is not None and (wait_until is None or deadline < wait_until):
             wait_until = deadline
-        self._arm_timer(wait_until, now)
-
-    def _arm_timer(self, wait_until: int | None, now: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if wait_until is not None:
-            delay = max(0, wait_until - now) / 1e9
-            self._timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
+        self._timer.arm(wait_until, now)
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
         execution = self._pool.launch_jobs(worker, jobs)
@@ -188,6 +172,5 @@ class DynamicBatchScheduler:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         await self._pool.aclose()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
 from .batch import union_outputs
-from .dynamic import delay_count_from_env
+from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, WakeTimer, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
 from .sequence_tensors import build_sequence_inputs, control_specs, state_specs
@@ -40,14 +39,6 @@ log = logging.getLogger(__name__)
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 Rows = list[Job | None]
 RowResult = tuple[list[dict[str, Array] | None], list[list[Array] | None], BatchTimings]
-
-
-def _backlog_delay_from_env() -> int:
-    """TRITONSERVER_BACKLOG_DELAY_SCHEDULER=N (test-only): hold until N backlog requests."""
-    try:
-        return max(0, int(os.environ.get("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "0")))
-    except ValueError:
-        return 0
 
 
 class SequenceBatchScheduler:
@@ -89,10 +80,10 @@ class SequenceBatchScheduler:
         self._min_utilization = batching.direct.minimum_slot_utilization
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
         self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
-        self._delay_count = delay_count_from_env()
-        self._backlog_delay = _backlog_delay_from_env()
+        self._delay_count = hold_count(DELAY_ENV)
+        self._backlog_delay = hold_count(BACKLOG_DELAY_ENV)
         self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = WakeTimer(self._wake)
         self._task: asyncio.Task[None] | None = None
         self._executing = 0
         self._owners: dict[int, LiveSequence] = {}  # id(job) -> its sequence
@@ -181,7 +172,7 @@ class SequenceBatchScheduler:
         idle_due = self._table.next_idle_deadline()
         if idle_due is not None and (wait_until is None or idle_due < wait_until):
             wait_until = idle_due
-        self._arm_timer(wait_until, now)
+        self._timer.arm(wait_until, now)
 
     def _holding(self) -> bool:
         """Triton's test hooks: hold scheduling until enough requests are queued."""
@@ -325,14 +316,6 @@ class SequenceBatchScheduler:
                 self._table.release(sequence)
         self._wake.set()
 
-    def _arm_timer(self, wait_until: int | None, now: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if wait_until is not None:
-            delay = max(0, wait_until - now) / 1e9
-            self._timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
-
     async def stop(self) -> None:
         """Finish accepted requests, then stop the driver and free the instances."""
         self._stopping = True
@@ -341,6 +324,5 @@ class SequenceBatchScheduler:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         await self._pool.aclose()
