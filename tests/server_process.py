@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVICE_PYTHON = os.environ.get("SERVICE_PYTHON", str(REPO_ROOT / ".venv" / "bin" / "python"))
@@ -22,21 +23,15 @@ DEFAULT_REPOSITORY = REPO_ROOT / "service" / "default_repository"
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
 
 
-class ServerProcess:
-    """``python -m service`` with its stderr collected; ``url`` is ``127.0.0.1:<port>``."""
+class LoggedProcess:
+    """A subprocess whose stderr is collected; ready once a line matches ``started``, from
+    which the bound port is read. Shared by the service and gateway helpers."""
 
-    def __init__(
-        self,
-        repositories: Sequence[Path] = (DEFAULT_REPOSITORY,),
-        extra_args: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-    ) -> None:
-        # Port 0 for metrics too, so test servers never race for Triton's default 8002.
-        args = [SERVICE_PYTHON, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"]
-        args += ["--metrics-address", "127.0.0.1", "--metrics-port", "0"]
-        for repo in repositories:
-            args += ["--model-repository", str(repo)]
-        self.args = [*args, *extra_args]
+    name = "process"
+    started: re.Pattern[str] = _STARTED
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
         self.env = {**os.environ, **(env or {})}
         self.port = 0
         self.lines: list[str] = []
@@ -57,7 +52,7 @@ class ServerProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
-    def start(self, timeout: float = 60.0) -> ServerProcess:
+    def start(self, timeout: float = 60.0) -> Self:
         self._proc = subprocess.Popen(
             self.args,
             cwd=REPO_ROOT,
@@ -72,17 +67,18 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self._proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self._proc.returncode}:\n{self.log}")
+                self._close_pipe()
+                raise RuntimeError(f"{self.name} exited with {self._proc.returncode}:\n{self.log}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"server did not start in {timeout}s:\n{self.log}")
+                raise RuntimeError(f"{self.name} did not start in {timeout}s:\n{self.log}")
         return self
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
         for line in self._proc.stderr:
             self.lines.append(line)
-            match = _STARTED.search(line)
+            match = self.started.search(line)
             if match and not self._ready.is_set():
                 self.port = int(match.group(1))
                 self._ready.set()
@@ -101,6 +97,17 @@ class ServerProcess:
         self._close_pipe()
         return code
 
+    def send_signal(self, sig: int) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; returns the exit code."""
+        assert self._proc is not None
+        code = self._proc.wait(timeout)
+        self._close_pipe()
+        return code
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
@@ -114,8 +121,27 @@ class ServerProcess:
         if self._proc is not None and self._proc.stderr is not None:
             self._proc.stderr.close()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerProcess(LoggedProcess):
+    """``python -m service`` on the given repositories; ``url`` is ``127.0.0.1:<port>``."""
+
+    name = "server"
+
+    def __init__(
+        self,
+        repositories: Sequence[Path] = (DEFAULT_REPOSITORY,),
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        # Port 0 for metrics too, so test servers never race for Triton's default 8002.
+        args = [SERVICE_PYTHON, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"]
+        args += ["--metrics-address", "127.0.0.1", "--metrics-port", "0"]
+        for repo in repositories:
+            args += ["--model-repository", str(repo)]
+        super().__init__([*args, *extra_args], env)
