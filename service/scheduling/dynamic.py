@@ -20,7 +20,7 @@ from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
-from .hooks import DELAY_ENV, WakeTimer, hold_count
+from .hooks import DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
 from .queues import PriorityQueues
@@ -49,16 +49,14 @@ class DynamicBatchScheduler:
         self._queues = PriorityQueues.from_config(config.dynamic_batching)
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
-        self._wake = asyncio.Event()
-        self._timer = WakeTimer(self._wake)
-        self._task: asyncio.Task[None] | None = None
+        self._driver = Driver(f"batcher-{config.name}", self._step)
         self._executing: set[asyncio.Future[tuple[list[JobOutputs], BatchTimings]]] = set()
         self._inflight = 0
         self._seq = 0
         self._next_release = 0
         self._held: dict[int, Callable[[], None]] = {}
         self._stopping = False
-        pool.on_release(self._wake.set)
+        pool.on_release(self._driver.wake)
 
     @property
     def inflight(self) -> int:
@@ -74,22 +72,14 @@ class DynamicBatchScheduler:
         job.seq = self._seq
         self._seq += 1
         self._inflight += 1
-        if self._task is None:
-            self._task = loop.create_task(self._run(), name=f"batcher-{self._name}")
-        self._wake.set()
+        self._driver.wake()
         try:
             return await job.future
         except asyncio.CancelledError:
-            self._wake.set()  # drop it from the queue now, not at the next event
+            self._driver.wake()  # drop it from the queue now, not at the next event
             raise
         finally:
             self._inflight -= 1
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            self._step()
 
     def _step(self) -> None:
         """One pass of the batching rules; forms as many batches as free instances allow."""
@@ -117,7 +107,7 @@ class DynamicBatchScheduler:
         deadline = self._queues.next_deadline()
         if deadline is not None and (wait_until is None or deadline < wait_until):
             wait_until = deadline
-        self._timer.arm(wait_until, now)
+        self._driver.arm(wait_until, now)
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
         execution = self._pool.launch_jobs(worker, jobs)
@@ -168,9 +158,7 @@ class DynamicBatchScheduler:
         """Finish queued and executing jobs, then stop the batcher and free the instances."""
         self._stopping = True
         while len(self._queues) or self._executing:
-            self._wake.set()
+            self._driver.wake()
             await asyncio.sleep(0.01)
-        if self._task is not None:
-            self._task.cancel()
-        self._timer.cancel()
+        self._driver.close()
         await self._pool.aclose()

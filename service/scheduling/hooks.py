@@ -1,11 +1,12 @@
-"""What the batching drivers share: Triton's test-only hold hooks and the wake-up timer."""
+"""What the batching drivers share: the driver task, its timer, Triton's test-only hooks."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
-__all__ = ["BACKLOG_DELAY_ENV", "DELAY_ENV", "WakeTimer", "hold_count"]
+__all__ = ["BACKLOG_DELAY_ENV", "DELAY_ENV", "Driver", "WakeTimer", "hold_count"]
 
 DELAY_ENV = "TRITONSERVER_DELAY_SCHEDULER"  # hold until N requests are queued (once)
 BACKLOG_DELAY_ENV = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"  # sequence batcher: N in backlog
@@ -36,3 +37,35 @@ class WakeTimer:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class Driver:
+    """One asyncio task per scheduler that runs ``step`` whenever it is woken: by a new
+    job, a freed instance or its own timer. Started on the first wake, inside the loop."""
+
+    def __init__(self, name: str, step: Callable[[], None]) -> None:
+        self._name = name
+        self._step = step
+        self._event = asyncio.Event()
+        self._timer = WakeTimer(self._event)
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+        self._event.set()
+
+    def arm(self, wait_until_ns: int | None, now_ns: int) -> None:
+        """Wake again at ``wait_until_ns`` (None: only on the next event)."""
+        self._timer.arm(wait_until_ns, now_ns)
+
+    async def _run(self) -> None:
+        while True:
+            await self._event.wait()
+            self._event.clear()
+            self._step()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._timer.cancel()

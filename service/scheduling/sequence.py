@@ -24,7 +24,7 @@ from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
 from .batch import union_outputs
-from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, WakeTimer, hold_count
+from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
 from .sequence_tensors import build_sequence_inputs, control_specs, state_specs
@@ -82,14 +82,12 @@ class SequenceBatchScheduler:
         self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
         self._delay_count = hold_count(DELAY_ENV)
         self._backlog_delay = hold_count(BACKLOG_DELAY_ENV)
-        self._wake = asyncio.Event()
-        self._timer = WakeTimer(self._wake)
-        self._task: asyncio.Task[None] | None = None
+        self._driver = Driver(f"sequencer-{config.name}", self._step)
         self._executing = 0
         self._owners: dict[int, LiveSequence] = {}  # id(job) -> its sequence
         self._inflight = 0
         self._stopping = False
-        pool.on_release(self._wake.set)
+        pool.on_release(self._driver.wake)
 
     @property
     def inflight(self) -> int:
@@ -114,13 +112,11 @@ class SequenceBatchScheduler:
         self._owners[id(job)] = self._table.accept(job, job.enqueue_ns)  # may raise
         job.future = loop.create_future()
         self._inflight += 1
-        if self._task is None:
-            self._task = loop.create_task(self._run(), name=f"sequencer-{self._name}")
-        self._wake.set()
+        self._driver.wake()
         try:
             return await job.future
         except asyncio.CancelledError:
-            self._wake.set()
+            self._driver.wake()
             raise
         finally:
             self._inflight -= 1
@@ -145,12 +141,6 @@ class SequenceBatchScheduler:
                 f"of type {corrid.dtype.name} [{info.min}, {info.max}]"
             )
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            self._step()
-
     def _step(self) -> None:
         now = self._clock()
         self._drop_cancelled()
@@ -172,7 +162,7 @@ class SequenceBatchScheduler:
         idle_due = self._table.next_idle_deadline()
         if idle_due is not None and (wait_until is None or idle_due < wait_until):
             wait_until = idle_due
-        self._timer.arm(wait_until, now)
+        self._driver.arm(wait_until, now)
 
     def _holding(self) -> bool:
         """Triton's test hooks: hold scheduling until enough requests are queued."""
@@ -314,15 +304,13 @@ class SequenceBatchScheduler:
                 job.future.set_exception(failure)
             if job.sequence_end:
                 self._table.release(sequence)
-        self._wake.set()
+        self._driver.wake()
 
     async def stop(self) -> None:
         """Finish accepted requests, then stop the driver and free the instances."""
         self._stopping = True
         while self._table.busy() or self._executing:
-            self._wake.set()
+            self._driver.wake()
             await asyncio.sleep(0.01)
-        if self._task is not None:
-            self._task.cancel()
-        self._timer.cancel()
+        self._driver.close()
         await self._pool.aclose()
