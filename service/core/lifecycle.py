@@ -226,6 +226,10 @@ class ModelManager:
 
     # --- lookups for the request path ---------------------------------------------------
 
+    def ready_versions(self, name: str) -> list[int]:
+        entry = self._models.get(name)
+        return entry.ready_versions() if entry is not None else []
+
     def entries(self) -> list[ModelEntry]:
         return list(self._models.values())
 

@@ -99,12 +99,9 @@ class InferenceServer:
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         model = self._models.get(name, version)
-        entry_versions = [
-            str(v) for e in self._models.entries() if e.name == name for v in e.ready_versions()
-        ]
         return ModelMetadata(
             name=model.name,
-            versions=entry_versions,
+            versions=[str(v) for v in self._models.ready_versions(name)],
             platform=model.config.platform or model.config.backend,
             inputs=model.metadata_inputs(),
             outputs=model.metadata_outputs(),

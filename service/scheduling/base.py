@@ -38,6 +38,7 @@ class Job:
     deadline_ns: int | None = None
     seq: int = 0
     future: asyncio.Future[ExecutionResult] | None = field(default=None, repr=False)
+    _shape_key: tuple[tuple[str, tuple[int, ...]], ...] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
@@ -45,8 +46,14 @@ class Job:
         return max(self.batch_size, 1)
 
     def shape_key(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Jobs batch together only when every input agrees beyond the batch dimension."""
-        return tuple(sorted((name, tuple(a.shape[1:])) for name, a in self.inputs.items()))
+        """Jobs batch together only when every input agrees beyond the batch dimension.
+
+        Computed once: the batching rules ask again for every queued job at every step."""
+        if self._shape_key is None:
+            self._shape_key = tuple(
+                sorted((name, tuple(a.shape[1:])) for name, a in self.inputs.items())
+            )
+        return self._shape_key
 
 
 @dataclass(frozen=True, slots=True)
