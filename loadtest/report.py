@@ -161,7 +161,8 @@ def markdown(
     for r in ratios:
         met = "n/a" if r.met is None else ("yes" if r.met else "**no**")
         out.append(f"| ({r.key}) | {r.title} | {_fmt(r.value)} | {r.target} | {met} | {r.detail} |")
-    out += ["", "## MLP 3 x 1024 FP32, batch 1 per request: batching off vs on", ""]
+    label = settings.get("MLP", "3 x 1024 FP32")
+    out += ["", f"## MLP {label}, batch 1 per request: batching off vs on", ""]
     out += _load_table(sorted(mlp, key=lambda r: (r["spec"]["concurrency"], r["spec"]["model"])))
     out += ["", "## add_sub (per-request overhead, [1, 16] FP32 x 2)", ""]
     out += _load_table(other)

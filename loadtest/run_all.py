@@ -1,10 +1,10 @@
 """The whole batching benchmark in one command, so that every ratio comes from one run.
 
-Builds a model repository (the 3 x 1024 FP32 MLP without and with dynamic_batching, plus
-add_sub), starts the server on a free loopback port, runs the closed-loop scenarios, stops the
-server with SIGTERM (exit code checked), measures the in-process onnxruntime ceiling with the
-server gone (so the two never share the cores), and writes report.md, throughput_p99.png and
-results.json.
+Builds a model repository (the MLP, 3 x 1024 FP32 by default, without and with
+dynamic_batching, plus add_sub), starts the server on a free loopback port, runs the
+closed-loop scenarios, stops the server with SIGTERM (exit code checked), measures the
+in-process onnxruntime ceiling with the server gone (so the two never share the cores), and
+writes report.md, throughput_p99.png and results.json.
 
     .venv/bin/python loadtest/run_all.py            # full run, about 5 minutes
     .venv/bin/python loadtest/run_all.py --quick    # smoke run, under 90 s
@@ -42,13 +42,13 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from models import make_config, mlp_model, mlp_reference, write_model  # noqa: E402
 from server_process import DEFAULT_REPOSITORY, ServerProcess  # noqa: E402
 
-WIDTH, MAX_BATCH = 1024, 64
+WIDTH, LAYERS, MAX_BATCH = 1024, 3, 64
 MLP_MODELS = ("mlp_nobatch", "mlp_batch")
 
 
 def build_repository(root: Path, delay_us: int) -> Path:
     """Write mlp_nobatch, mlp_batch and add_sub under ``root``; return the MLP's ONNX file."""
-    model = mlp_model(width=WIDTH, layers=3, seed=0)
+    model = mlp_model(width=WIDTH, layers=LAYERS, seed=0)
     io = ([("INPUT0", "FP32", [WIDTH])], [("OUTPUT0", "FP32", [WIDTH])])
     batching = f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"
     for name, extra in zip(MLP_MODELS, ("", batching), strict=True):
@@ -71,7 +71,8 @@ async def check_outputs(url: str) -> None:
                 y = np.frombuffer(reply.raw_output_contents[0], "<f4").reshape(1, WIDTH)
             else:
                 y = np.asarray(reply.outputs[0].contents.fp32_contents, "<f4").reshape(1, WIDTH)
-            if not np.allclose(y, mlp_reference(x, width=WIDTH), rtol=1e-4, atol=1e-4):
+            expected = mlp_reference(x, width=WIDTH, layers=LAYERS)
+            if not np.allclose(y, expected, rtol=1e-4, atol=1e-4):
                 raise RuntimeError(f"{model}: served output differs from the numpy reference")
 
 
@@ -131,9 +132,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--width",
         type=int,
         default=WIDTH,
-        help="MLP width (3 layers of width x width FP32); 1024 is RPC-bound on 2 vCPUs, "
+        help="MLP width (layers of width x width FP32); 1024 is RPC-bound on 2 vCPUs, "
         "4096 is compute-bound",
     )
+    p.add_argument("--layers", type=int, default=LAYERS, help="MLP layers (more: more compute)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--duration", type=float, help="measured seconds per scenario")
     p.add_argument("--warmup", type=float, help="warm-up seconds per scenario")
@@ -161,9 +163,9 @@ def _command() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global WIDTH
+    global WIDTH, LAYERS
     args = parse_args(argv)
-    WIDTH = args.width
+    WIDTH, LAYERS = args.width, args.layers
     if args.write_repo:
         build_repository(args.write_repo, args.delay_us)
         print(f"wrote the model repository to {args.write_repo}", file=sys.stderr)
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick (smoke, numbers not meaningful)" if args.quick else "full",
         "dynamic_batching max_queue_delay_microseconds": args.delay_us,
         "max_batch_size": MAX_BATCH,
-        "MLP": f"3 x {WIDTH} FP32",
+        "MLP": f"{LAYERS} x {WIDTH} FP32",
         "warm-up s / measured s per scenario": f"{args.warmup} / {args.duration}",
         "client processes per scenario": args.processes,
         "max requests per scenario": args.max_requests,
@@ -232,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "command": _command(),
         "delay_us": args.delay_us,
-        "title": f"MLP 3x1024 FP32, max_queue_delay {args.delay_us} us, {machine['nproc']} cores",
+        "title": (
+            f"MLP {LAYERS}x{WIDTH} FP32, max_queue_delay {args.delay_us} us, "
+            f"{machine['nproc']} cores"
+        ),
         "notes": notes,
         "server_exit": server_exit,
         "rows": rows,

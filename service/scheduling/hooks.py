@@ -6,7 +6,9 @@ import asyncio
 import os
 from collections.abc import Callable
 
-__all__ = ["BACKLOG_DELAY_ENV", "DELAY_ENV", "Driver", "WakeTimer", "hold_count"]
+from .timers import WakeTimer
+
+__all__ = ["BACKLOG_DELAY_ENV", "DELAY_ENV", "Driver", "hold_count"]
 
 DELAY_ENV = "TRITONSERVER_DELAY_SCHEDULER"  # hold until N requests are queued (once)
 BACKLOG_DELAY_ENV = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"  # sequence batcher: N in backlog
@@ -20,25 +22,6 @@ def hold_count(variable: str) -> int:
         return 0
 
 
-class WakeTimer:
-    """One pending wake-up of a driver task: re-arming replaces the previous one."""
-
-    def __init__(self, wake: asyncio.Event) -> None:
-        self._wake = wake
-        self._handle: asyncio.TimerHandle | None = None
-
-    def arm(self, wait_until_ns: int | None, now_ns: int) -> None:
-        self.cancel()
-        if wait_until_ns is not None:
-            delay = max(0, wait_until_ns - now_ns) / 1e9
-            self._handle = asyncio.get_running_loop().call_later(delay, self._wake.set)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
 class Driver:
     """One asyncio task per scheduler that runs ``step`` whenever it is woken: by a new
     job, a freed instance or its own timer. Started on the first wake, inside the loop."""
@@ -47,7 +30,7 @@ class Driver:
         self._name = name
         self._step = step
         self._event = asyncio.Event()
-        self._timer = WakeTimer(self._event)
+        self._timer = WakeTimer(self._event.set)
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
@@ -68,4 +51,4 @@ class Driver:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        self._timer.cancel()
+        self._timer.close()

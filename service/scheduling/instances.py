@@ -28,13 +28,14 @@ class InstanceWorker:
         self.index = index
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=instance.spec.name)
 
-    async def call(self, work: Callable[[ModelInstance | RequestInstance], T]) -> T:
-        """Run ``work(instance)`` in this instance's thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, work, self.instance)
+    def call(self, work: Callable[[ModelInstance | RequestInstance], T]) -> asyncio.Future[T]:
+        """Start ``work(instance)`` in this instance's thread now.
 
-    async def run(self, jobs: Sequence[Job]) -> tuple[list[JobOutputs], BatchTimings]:
-        return await self.call(lambda instance: execute_batch(instance, jobs))
+        Submitting here, not from a task that starts on a later loop iteration, keeps the
+        instance busy: a batch finishing wakes dozens of handlers, and the next batch must
+        not wait until all of them have sent their responses."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._executor, work, self.instance)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -101,9 +102,9 @@ class InstancePool:
     ) -> asyncio.Future[T]:
         """Start ``work`` on an acquired worker; the worker returns to the pool when its
         thread is done, even if every caller has gone away meanwhile."""
-        task = asyncio.ensure_future(worker.call(work))
-        task.add_done_callback(lambda _: self.release(worker))
-        return task
+        execution = worker.call(work)
+        execution.add_done_callback(lambda _: self.release(worker))
+        return execution
 
     def launch_jobs(
         self, worker: InstanceWorker, jobs: Sequence[Job]
