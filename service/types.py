@@ -7,11 +7,15 @@ touches a protobuf inference message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
+if TYPE_CHECKING:
+    from .scheduling.base import ExecutionResult
+
 __all__ = [
+    "ExecutionRecord",
     "InferRequest",
     "InferResponse",
     "InputTensor",
@@ -77,6 +81,23 @@ class InferResponse:
     id: str
     outputs: list[OutputTensor]
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    # The execution behind this response (queue time, compute timestamps), kept so that a
+    # trace can draw its queue / compute spans from the response itself. Never encoded on
+    # the wire; None for a response cache hit and for a decoupled model's responses (see
+    # ExecutionRecord). Only a reference: the untraced path allocates nothing for it.
+    timings: ExecutionResult | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(slots=True)
+class ExecutionRecord:
+    """Where ``InferenceServer.stream_infer`` leaves the execution's timings for a trace.
+
+    A decoupled model's responses cannot carry them: it may send every response before its
+    ``execute`` returns, or none at all. Given a record, the stream ends only once the
+    execution has (so the trace can close its spans in order); without one, nothing waits.
+    """
+
+    result: ExecutionResult | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 The request's ``StreamSender`` is the job's sink; the execution itself returns when the
 model's ``execute`` returns, while responses may keep coming from the model's threads.
 Each response becomes an ``InferResponse`` carrying ``triton_final_response``, and is
-counted per response index as the statistics extension defines.
+counted per response index as the statistics extension defines. The execution's timings
+(queue, compute) go to the caller's ``ExecutionRecord`` when it passes one (a trace).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator
 from ..errors import Internal, ServerError
 from ..scheduling.base import ExecutionResult, Job
 from ..scheduling.responses import Response, StreamSender
-from ..types import InferResponse, OutputTensor
+from ..types import ExecutionRecord, InferResponse, OutputTensor
 from .model import ModelVersion
 from .validation import build_outputs
 
@@ -32,9 +33,17 @@ def _outputs(model: ModelVersion, job: Job, response: Response) -> list[OutputTe
 
 
 async def stream_responses(
-    model: ModelVersion, job: Job, request_id: str, enable_empty_final: bool
+    model: ModelVersion,
+    job: Job,
+    request_id: str,
+    enable_empty_final: bool,
+    record: ExecutionRecord | None = None,
 ) -> AsyncIterator[InferResponse]:
-    """Yield the model's responses for ``job`` as they arrive; raise on an error response."""
+    """Yield the model's responses for ``job`` as they arrive; raise on an error response.
+
+    With a ``record``, the stream also waits, after its final response has gone out, for
+    the model's ``execute`` to return, and leaves the execution's timings in the record.
+    """
     assert model.scheduler is not None
     sink = StreamSender(asyncio.get_running_loop())
     job.sink = sink
@@ -47,6 +56,8 @@ async def stream_responses(
             sink.fail(done.exception())  # type: ignore[arg-type]
         elif done.exception() is not None:
             sink.fail(Internal(str(done.exception())))
+        elif record is not None:
+            record.result = done.result()
 
     execution.add_done_callback(on_done)
     index = 0
@@ -76,6 +87,10 @@ async def stream_responses(
                     outputs=outputs,
                     parameters={FINAL_FLAG: response.final},
                 )
+        if record is not None and not execution.done():
+            # The final response may come before ``execute`` returns (sent from inside it);
+            # ``on_done`` fills the record first (callbacks run in the order they were added).
+            await asyncio.wait((execution,))
     finally:
         if not finished:  # the caller went away mid-stream: the model stops sending
             sink.cancel()

@@ -14,7 +14,7 @@ from ..cache import ResponseCache, cache_key
 from ..errors import Internal, InvalidArgument, ServerError, Unavailable
 from ..scheduling.base import ExecutionResult, Job
 from ..statistics import ModelStats
-from ..types import InferRequest, InferResponse, OutputTensor, TensorSpec
+from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
 from .decoupled import ENABLE_EMPTY_FINAL, FINAL_FLAG, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
@@ -136,12 +136,22 @@ class InferenceServer:
         # no id prefix on those errors.
         return self._models.get(request.model_name, request.model_version)
 
-    async def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    async def stream_infer(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
         """Every response for ``request``: one for ordinary models, zero or more for
-        decoupled ones (each marked with ``triton_final_response``)."""
+        decoupled ones (each marked with ``triton_final_response``).
+
+        ``record`` (traced streams only) receives the execution's timings; with it the
+        stream ends only once the model's ``execute`` has returned, not just at the final
+        response, so that a trace's compute spans lie within its request span.
+        """
         model = self._lookup(request)
         if not model.config.model_transaction_policy.decoupled:
-            yield await self.infer(request)
+            response = await self.infer(request)
+            if record is not None:
+                record.result = response.timings
+            yield response
             return
         start = time.monotonic_ns()
         self._inflight += 1
@@ -150,7 +160,7 @@ class InferenceServer:
             with model.lease():
                 job = prepare_job(model, request)
                 enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
-                async for response in stream_responses(model, job, request.id, enable):
+                async for response in stream_responses(model, job, request.id, enable, record):
                     yield response
             model.stats.record_request_success(time.monotonic_ns() - start)
         except ServerError as exc:
@@ -181,7 +191,7 @@ class InferenceServer:
         self._idle.clear()
         try:
             with model.lease():
-                outputs = await self._run(model, prepare_job(model, request), start)
+                return await self._run(model, prepare_job(model, request), start, request.id)
         except ServerError as exc:
             model.stats.record_failure(time.monotonic_ns() - start)
             if isinstance(exc, Internal):
@@ -191,40 +201,34 @@ class InferenceServer:
             self._inflight -= 1
             if not self._inflight:
                 self._idle.set()
-        return InferResponse(
-            model_name=model.name,
-            model_version=str(model.version),
-            id=request.id,
-            outputs=outputs,
-        )
 
-    async def _run(self, model: ModelVersion, job: Job, start: int) -> list[OutputTensor]:
+    async def _run(
+        self, model: ModelVersion, job: Job, start: int, request_id: str
+    ) -> InferResponse:
+        """Execute ``job`` (or answer it from the response cache). The response keeps the
+        scheduler's ``ExecutionResult``, so a trace needs no hook into the core."""
+        assert model.scheduler is not None  # guaranteed by ModelManager.get
         cache = self._cache if model.config.response_cache.enable else None
         if cache is None:
-            result = await self._submit(model, job)
+            result = await model.scheduler.submit(job)
             outputs = build_outputs(model, job, result.outputs)
             model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
-            return outputs
+            return _response(model, request_id, outputs, result)
         lookup = time.monotonic_ns()
         key = await self._key(model, job)
         cached = cache.get(key)
         looked_up = time.monotonic_ns()
         if cached is not None:
             model.stats.record_cache_hit(looked_up - start, looked_up - lookup)
-            return cached
-        result = await self._submit(model, job)
+            return _response(model, request_id, cached, None)
+        result = await model.scheduler.submit(job)
         outputs = build_outputs(model, job, result.outputs)
         insert = time.monotonic_ns()
         cache.put(key, outputs)
         now = time.monotonic_ns()
         model.stats.record_cache_miss((looked_up - lookup) + (now - insert))
         model.stats.record_success(now - start, result.queue_ns, result.timings)
-        return outputs
-
-    @staticmethod
-    async def _submit(model: ModelVersion, job: Job) -> ExecutionResult:
-        assert model.scheduler is not None  # guaranteed by ModelManager.get
-        return await model.scheduler.submit(job)
+        return _response(model, request_id, outputs, result)
 
     @staticmethod
     async def _key(model: ModelVersion, job: Job) -> bytes:
@@ -235,3 +239,18 @@ class InferenceServer:
         return await asyncio.to_thread(
             cache_key, model.name, model.version, job.inputs, job.outputs
         )
+
+
+def _response(
+    model: ModelVersion,
+    request_id: str,
+    outputs: list[OutputTensor],
+    result: ExecutionResult | None,
+) -> InferResponse:
+    return InferResponse(
+        model_name=model.name,
+        model_version=str(model.version),
+        id=request_id,
+        outputs=outputs,
+        timings=result,
+    )

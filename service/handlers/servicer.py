@@ -126,6 +126,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if trace is not None:
                 with trace:
                     response = await self._core.infer(decode_infer_request(request))
+                    trace.executed(response.timings)
                     return encode_infer_response(response, self._max_send)
         response = await self._core.infer(decode_infer_request(request))
         return encode_infer_response(response, self._max_send)
@@ -156,9 +157,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await results.put(response)
                 return
             with trace:
-                async for response in self._stream_responses(request):
-                    if response.error_message:
-                        trace.fail(response.error_message)
+                async for response in self._stream_responses(request, trace):
                     await results.put(response)
 
         async def read_requests() -> None:
@@ -195,14 +194,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_responses(
-        self, request: pb.ModelInferRequest
+        self, request: pb.ModelInferRequest, trace: RequestTrace | None = None
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Every response of one request (several for decoupled models), errors in-band."""
+        """Every response of one request (several for decoupled models), errors in-band.
+
+        A ``trace`` gets the execution's timings (its record) and an event per response;
+        an in-band error sets its status.
+        """
         try:
-            async for response in self._core.stream_infer(_decode(request)):
-                yield pb.ModelStreamInferResponse(
+            record = None if trace is None else trace.record
+            async for response in self._core.stream_infer(_decode(request), record):
+                reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, self._max_send)
                 )
+                if trace is not None:
+                    trace.sent(response)
+                yield reply
             return
         except ServerError as exc:
             message = exc.message  # already carries the request id prefix where it belongs
@@ -216,6 +223,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "unhandled error",
                 traceback=True,
             )
+        if trace is not None:
+            trace.fail(message)
         yield pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(

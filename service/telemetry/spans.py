@@ -2,17 +2,20 @@
 compute_infer / compute_output children, and one span per ensemble step.
 
 The request span is made current while the core runs the request, so the ensemble's step
-tasks (which copy the context) nest their spans under it. Execution timings come back
-from the scheduler's result: ``TracedInferenceServer`` hands each request's
-``ExecutionResult`` to the trace waiting in a ContextVar (one lookup per request).
+tasks (which copy the context) nest their spans under it. The timing children are drawn
+from what the core returns, never from a hook into it: a response's ``timings`` (the
+scheduler's ``ExecutionResult``) for ModelInfer and ensemble steps, the ``ExecutionRecord``
+that ``stream_infer`` fills for ModelStreamInfer. The latter is how a decoupled model's
+request gets its children too: its compute spans cover the model's ``execute`` call (as a
+Triton backend reports them), and each response sent is a ``response`` event on the
+request span, which ends after the final response and once ``execute`` has returned.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import Token
 from types import TracebackType
 from typing import Any
 
@@ -21,42 +24,25 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..core.model import ModelVersion
-from ..core.server import InferenceServer
+from ..core.decoupled import FINAL_FLAG
 from ..errors import ServerError
-from ..scheduling.base import ExecutionResult, Job
+from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
-from ..types import InferRequest, InferResponse
+from ..types import ExecutionRecord, InferRequest, InferResponse
 from .tracing import Tracing
 
-__all__ = ["RequestTrace", "TracedInferenceServer", "TracingStepRunner", "begin_request"]
+__all__ = ["RequestTrace", "TracingStepRunner", "begin_request"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _PARTS = ("compute_input", "compute_infer", "compute_output")
 
 
-@dataclass
-class _Collector:
-    result: ExecutionResult | None = None
-
-
-_CURRENT: ContextVar[_Collector | None] = ContextVar("service_request_trace", default=None)
-
-
-class TracedInferenceServer(InferenceServer):
-    """The core, handing each execution's timings to the trace of the request, if any."""
-
-    @staticmethod
-    async def _submit(model: ModelVersion, job: Job) -> ExecutionResult:
-        result = await InferenceServer._submit(model, job)
-        collector = _CURRENT.get()
-        if collector is not None:
-            collector.result = result
-        return result
-
-
 class RequestTrace:
-    """A span for one request (or one ensemble step); a context manager around the call."""
+    """A span for one request (or one ensemble step); a context manager around the call.
+
+    The caller hands over what the core returned: ``executed`` with a response's timings,
+    or ``record`` to ``stream_infer`` plus ``sent`` for each streamed response.
+    """
 
     def __init__(
         self,
@@ -69,14 +55,12 @@ class RequestTrace:
         self._tracer = tracer
         self._offset = time.time_ns() - time.monotonic_ns()  # monotonic timings -> epoch
         self.span = tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
-        self._collector = _Collector()
-        self._tokens: tuple[Any, Any] | None = None
+        self.record = ExecutionRecord()
+        self._sent = 0
+        self._token: Token[otel_context.Context] | None = None
 
     def __enter__(self) -> RequestTrace:
-        self._tokens = (
-            _CURRENT.set(self._collector),
-            otel_context.attach(trace.set_span_in_context(self.span)),
-        )
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
         return self
 
     def __exit__(
@@ -85,21 +69,32 @@ class RequestTrace:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._tokens is not None
-        otel_context.detach(self._tokens[1])
-        _CURRENT.reset(self._tokens[0])
+        assert self._token is not None
+        otel_context.detach(self._token)
         if error is not None:
             message = error.message if isinstance(error, ServerError) else type(error).__name__
             self.span.set_status(Status(StatusCode.ERROR, message))
         self._children()
         self.span.end()
 
+    def executed(self, result: ExecutionResult | None) -> None:
+        """The timings a response carried (None: answered from the response cache)."""
+        self.record.result = result
+
+    def sent(self, response: InferResponse) -> None:
+        """A streamed response went out: an event with its index and final flag."""
+        final = response.parameters.get(FINAL_FLAG, True) is True  # non-decoupled: the one
+        self.span.add_event(
+            "response", {"triton.response_index": self._sent, "triton.final_response": final}
+        )
+        self._sent += 1
+
     def fail(self, message: str) -> None:
         """An error reported in-band (streams) rather than raised."""
         self.span.set_status(Status(StatusCode.ERROR, message))
 
     def _children(self) -> None:
-        result = self._collector.result
+        result = self.record.result
         if result is None:  # failed before execution, or answered from the response cache
             return
         t = result.timings
@@ -139,7 +134,11 @@ def begin_request(
 
 
 class TracingStepRunner:
-    """The ensemble's StepRunner: a child span per step when the ensemble request is traced."""
+    """The ensemble's StepRunner: a child span per step when the ensemble request is traced.
+
+    "Traced" is read from the OpenTelemetry context: a request span is current (recording)
+    only inside a ``RequestTrace``, and the ensemble's step tasks inherit that context.
+    """
 
     def __init__(self, runner: StepRunner, tracing: Tracing) -> None:
         self._runner = runner
@@ -147,9 +146,11 @@ class TracingStepRunner:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         tracer = self._tracing.tracer
-        if tracer is None or _CURRENT.get() is None:
+        if tracer is None or not trace.get_current_span().is_recording():
             return await self._runner.infer(request)
         attributes = _attributes("ensemble_step", request.model_name, request.model_version, "")
         attributes["triton.request_id"] = request.id
-        with RequestTrace(tracer, "ensemble_step", attributes, kind=SpanKind.INTERNAL):
-            return await self._runner.infer(request)
+        with RequestTrace(tracer, "ensemble_step", attributes, kind=SpanKind.INTERNAL) as step:
+            response = await self._runner.infer(request)
+            step.executed(response.timings)
+            return response

@@ -21,9 +21,10 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from service.config import ServerConfig
 from service.core.lifecycle import ControlMode, ModelManager
+from service.core.server import InferenceServer
 from service.handlers.server import GrpcFrontend
 from service.telemetry.settings import TraceSettings
-from service.telemetry.spans import TracedInferenceServer, TracingStepRunner
+from service.telemetry.spans import TracingStepRunner
 from service.telemetry.tracing import Tracing, make_exporter
 
 IO = (
@@ -31,6 +32,18 @@ IO = (
     [("OUTPUT0", "FP32", [-1]), ("OUTPUT1", "FP32", [-1])],
 )
 PARTS = ["queue", "compute_input", "compute_infer", "compute_output"]
+# A decoupled model (built-in backend, in process): one response per IN value, each after
+# its DELAY ms, sent from the model's own thread; execute returns after WAIT ms.
+REPEAT = """
+name: "repeat" backend: "repeat" max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "IN" data_type: TYPE_INT32 dims: [-1] },
+       { name: "DELAY" data_type: TYPE_UINT32 dims: [-1] },
+       { name: "WAIT" data_type: TYPE_UINT32 dims: [1] }]
+output [{ name: "OUT" data_type: TYPE_INT32 dims: [1] },
+        { name: "IDX" data_type: TYPE_UINT32 dims: [1] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+"""
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 
@@ -55,6 +68,8 @@ def _repository(path: Path) -> Path:
     )
     (path / "pipe" / "1").mkdir(parents=True)
     (path / "pipe" / "config.pbtxt").write_text(ensemble)
+    (path / "repeat" / "1").mkdir(parents=True)
+    (path / "repeat" / "config.pbtxt").write_text(REPEAT)
     return path
 
 
@@ -90,7 +105,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     exporter = InMemorySpanExporter()
     tracing = Tracing(TraceSettings(), processor=SimpleSpanProcessor(exporter))
     manager = ModelManager([repo], mode=ControlMode.NONE)
-    core = TracedInferenceServer(manager)
+    core = InferenceServer(manager)
     manager.attach_runner(TracingStepRunner(core, tracing))
     await manager.start()
     config = ServerConfig(model_repositories=(repo,), grpc_address="127.0.0.1", grpc_port=0)
@@ -108,6 +123,51 @@ def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableS
         (s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id),
         key=lambda s: (s.start_time or 0, s.name),
     )
+
+
+def _assert_timing_children(spans: list[ReadableSpan], parent: ReadableSpan) -> None:
+    """queue, compute_input, compute_infer, compute_output: once each, one after the other
+    (an ensemble's queue and compute_input are empty), all inside ``parent``."""
+    children = [c for c in _children(spans, parent) if c.name in PARTS]
+    children.sort(key=lambda c: PARTS.index(c.name))
+    assert [c.name for c in children] == PARTS
+    for child in children:
+        assert child.context.trace_id == parent.context.trace_id
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time  # type: ignore[operator]
+    for before, after in itertools.pairwise(children):
+        assert before.end_time <= after.start_time  # type: ignore[operator]
+
+
+def _repeat_request(
+    request_id: str, values: list[int], delays: list[int], wait_ms: int, empty_final: bool = False
+) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="repeat", id=request_id)
+    tensors = [
+        ("IN", "INT32", np.array(values, np.int32)),
+        ("DELAY", "UINT32", np.array(delays, np.uint32)),
+        ("WAIT", "UINT32", np.array([wait_ms], np.uint32)),
+    ]
+    for name, datatype, array in tensors:
+        request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        request.raw_input_contents.append(array.tobytes())
+    if empty_final:
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+def _roots(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {dict(s.attributes or {})["triton.request_id"]: s for s in spans if s.parent is None}  # type: ignore[misc]
+
+
+def _response_events(span: ReadableSpan) -> list[tuple[int, bool]]:
+    return [
+        (
+            int(e.attributes["triton.response_index"]),  # type: ignore[index, arg-type]
+            bool(e.attributes["triton.final_response"]),  # type: ignore[index]
+        )
+        for e in span.events
+        if e.name == "response"
+    ]
 
 
 async def test_off_by_default_builds_nothing(rig: Rig) -> None:
@@ -130,12 +190,10 @@ async def test_request_span_with_timing_children(rig: Rig) -> None:
     attributes = dict(root.attributes or {})
     assert attributes["triton.model_name"] == "plain"
     assert attributes["triton.request_id"] == "req-1"
-    children = _children(spans, root)
-    assert [c.name for c in children] == PARTS
-    for child in children:
-        assert root.start_time <= child.start_time <= child.end_time <= root.end_time  # type: ignore[operator]
-    for before, after in itertools.pairwise(children):
-        assert before.end_time <= after.start_time  # type: ignore[operator]
+    assert len(spans) == 5  # the request span and its four timing children, nothing else
+    assert [c.name for c in _children(spans, root)] == PARTS
+    _assert_timing_children(spans, root)
+    assert root.events == ()  # response events belong to streams
 
 
 async def test_traceparent_from_metadata_is_the_parent(rig: Rig) -> None:
@@ -183,10 +241,25 @@ async def test_ensemble_steps_are_child_spans(rig: Rig) -> None:
     steps = [c for c in children if c.name == "ensemble_step"]
     assert len(steps) == 2
     assert sorted(c.name for c in children if c.name != "ensemble_step") == sorted(PARTS)
+    _assert_timing_children(spans, root)
     for step in steps:
         assert (step.attributes or {})["triton.model_name"] == "plain"
         assert [c.name for c in _children(spans, step)] == PARTS
+        _assert_timing_children(spans, step)
         assert step.context.trace_id == root.context.trace_id
+        assert root.start_time <= step.start_time <= step.end_time <= root.end_time  # type: ignore[operator]
+    first, second = sorted(steps, key=lambda s: s.start_time or 0)
+    assert first.end_time <= second.start_time  # type: ignore[operator]  # the second needs the first
+    assert len(spans) == 1 + 4 + 2 * 5
+
+
+async def test_untraced_ensemble_steps_make_no_spans(rig: Rig) -> None:
+    """The step runner reads "traced" from the context: none while no request span is current."""
+    await rig.settings("plain", trace_level=["TIMESTAMPS"], trace_rate=["1"])
+    await rig.infer("pipe")  # the ensemble itself is not traced: its steps make no spans
+    assert rig.spans() == []
+    await rig.infer("plain")
+    assert [s.name for s in rig.spans() if s.parent is None] == ["ModelInfer"]
 
 
 async def test_failed_request_span_has_error_status(rig: Rig) -> None:
@@ -214,6 +287,89 @@ async def test_stream_requests_are_traced(rig: Rig) -> None:
     }
     assert roots["s1"].name == "ModelStreamInfer" and roots["s1"].status.is_ok
     assert roots["s2"].status.status_code.name == "ERROR"
+
+
+@pytest.mark.parametrize(
+    ("wait_ms", "empty_final"),
+    [
+        (0, False),  # execute returns at once; the responses follow from the model's thread
+        (150, True),  # every response, the final one too, is sent before execute returns
+    ],
+)
+async def test_decoupled_stream_has_timing_children_and_response_events(
+    rig: Rig, wait_ms: int, empty_final: bool
+) -> None:
+    await rig.settings(trace_level=["TIMESTAMPS"], trace_rate=["1"])
+    requests = [
+        _repeat_request("three", [7, 8, 9], [20, 20, 20], wait_ms, empty_final),
+        _repeat_request("one", [5], [10], wait_ms, empty_final),
+    ]
+    replies = [r async for r in rig.stub.ModelStreamInfer(iter(requests), timeout=10)]
+    assert not any(r.error_message for r in replies)
+    sent = {rid: [r for r in replies if r.infer_response.id == rid] for rid in ("three", "one")}
+    extra = 1 if empty_final else 0  # the final flag alone goes out only when asked for
+    assert [len(sent["three"]), len(sent["one"])] == [3 + extra, 1 + extra]
+
+    spans = rig.spans()
+    roots = _roots(spans)
+    assert set(roots) == {"three", "one"}
+    assert len(spans) == 2 * 5  # per request: the request span and its four children
+    for rid, count in (("three", 3), ("one", 1)):
+        root = roots[rid]
+        assert root.name == "ModelStreamInfer" and root.status.is_ok
+        assert (root.attributes or {})["triton.model_name"] == "repeat"
+        _assert_timing_children(spans, root)
+        expected = [(i, False) for i in range(count)] + [(count, True)] * empty_final
+        assert _response_events(root) == expected
+        for event in root.events:  # every response was sent while the request span was open
+            assert root.start_time <= event.timestamp <= root.end_time  # type: ignore[operator]
+        infer = next(c for c in _children(spans, root) if c.name == "compute_infer")
+        duration = infer.end_time - infer.start_time  # type: ignore[operator]
+        assert duration >= wait_ms * 1_000_000 * 0.9  # the model's execute, WAIT included
+        if wait_ms:  # every response came from inside execute, and the span outlived it
+            assert all(infer.start_time <= e.timestamp <= infer.end_time for e in root.events)  # type: ignore[operator]
+
+
+async def test_decoupled_in_band_error_sets_error_status(rig: Rig) -> None:
+    await rig.settings(trace_level=["TIMESTAMPS"], trace_rate=["1"])
+    good = _repeat_request("good", [1, 2], [1, 1], 0)
+    bad = _repeat_request("bad", [1, 2], [1], 0)  # the model answers with an error response
+    replies = [r async for r in rig.stub.ModelStreamInfer(iter([good, bad]), timeout=10)]
+    errors = [r.error_message for r in replies if r.error_message]
+    assert len(errors) == 1 and "expected IN and DELAY shape to match" in errors[0]
+    roots = _roots(rig.spans())
+    assert roots["good"].status.is_ok and len(_response_events(roots["good"])) == 2
+    assert roots["bad"].status.status_code.name == "ERROR"
+    assert "expected IN and DELAY shape to match" in (roots["bad"].status.description or "")
+    assert _response_events(roots["bad"]) == []  # the error is the status, not a response
+
+
+async def test_untraced_decoupled_stream_is_unchanged(rig: Rig) -> None:
+    """Tracing on but this request not sampled: same responses, no spans."""
+    await rig.settings(trace_level=["TIMESTAMPS"], trace_rate=["1000"])
+    await rig.infer()  # the first request of the scope is sampled: use it up
+    rig.exporter.clear()
+    request = _repeat_request("quiet", [3, 4], [1, 1], 0, empty_final=True)
+    replies = [r async for r in rig.stub.ModelStreamInfer(iter([request]), timeout=10)]
+    finals = [r.infer_response.parameters["triton_final_response"].bool_param for r in replies]
+    assert finals == [False, False, True]
+    assert rig.spans() == []
+
+
+def test_response_timings_never_reach_the_wire() -> None:
+    """The core's timings ride on the response object only: the encoding ignores them."""
+    from service.handlers.codec import encode_infer_response
+    from service.scheduling.base import ExecutionResult
+    from service.statistics import BatchTimings
+    from service.types import InferResponse, OutputTensor
+
+    output = OutputTensor("OUT", "FP32", np.arange(4, dtype=np.float32))
+    plain = InferResponse("m", "1", "id", [output], {"p": 1})
+    timed = InferResponse("m", "1", "id", [output], {"p": 1})
+    timed.timings = ExecutionResult({}, 5, BatchTimings(1, 2, 3, 4))
+    assert plain == timed and "timings" not in repr(timed)
+    encoded = encode_infer_response(timed, 1 << 20).SerializeToString(deterministic=True)
+    assert encoded == encode_infer_response(plain, 1 << 20).SerializeToString(deterministic=True)
 
 
 @pytest.mark.parametrize(
