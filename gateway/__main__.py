@@ -12,6 +12,7 @@ import logging
 import math
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -19,7 +20,7 @@ from collections.abc import Iterator, Sequence
 import uvicorn
 
 from .app import GatewayApp
-from .config import GatewayConfig, parse_args
+from .config import GatewayConfig, HttpsConfig, parse_args
 
 log = logging.getLogger("gateway")
 
@@ -108,7 +109,10 @@ class _Server(uvicorn.Server):
         if self.started:
             host, port = self._sock.getsockname()[:2]
             log.info("REST gateway in front of the gRPC service at %s", self._target)
-            scheme = " (HTTPS)" if self.config.ssl else ""
+            scheme = ""
+            if self.config.ssl:
+                mutual = self.config.ssl_cert_reqs == ssl.CERT_REQUIRED
+                scheme = " (HTTPS, client certificates required)" if mutual else " (HTTPS)"
             log.info("Started HTTPService at %s:%d%s", host, port, scheme)
 
 
@@ -130,6 +134,8 @@ async def serve(config: GatewayConfig) -> int:
         timeout_graceful_shutdown=math.ceil(config.exit_timeout_secs) or 1,
         ssl_certfile=str(https.cert) if https is not None else None,
         ssl_keyfile=str(https.key) if https is not None else None,
+        ssl_ca_certs=str(https.root_cert) if https and https.root_cert else None,
+        ssl_cert_reqs=_client_cert_mode(https),
     )
     server = _Server(uv_config, sock, config.grpc_target, app, config.exit_timeout_secs)
     try:
@@ -137,6 +143,15 @@ async def serve(config: GatewayConfig) -> int:
     finally:
         sock.close()
     return 0 if server.started else 1
+
+
+def _client_cert_mode(https: HttpsConfig | None) -> ssl.VerifyMode:
+    """Mutual TLS for REST callers: with ``--https-root-cert`` a presented client
+    certificate must verify against it; ``--https-require-client-cert`` also refuses
+    connections that present none (the TLS handshake fails, no request is read)."""
+    if https is None or https.root_cert is None:
+        return ssl.CERT_NONE
+    return ssl.CERT_REQUIRED if https.require_client_cert else ssl.CERT_OPTIONAL
 
 
 class _TritonLayout(logging.Formatter):

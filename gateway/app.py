@@ -9,10 +9,13 @@ exception is logged and answered with a generic 500 that leaks nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import orjson
@@ -23,7 +26,11 @@ from .config import GatewayConfig, GrpcTls
 from .errors import GatewayError
 from .handlers import Handlers, HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
-from .routes import Route, Router, load_routes
+from .routes import Binding, Route, Router, load_routes
+from .tracing import TRACED_RPCS, Tracing
+
+if TYPE_CHECKING:
+    from .spans import RequestSpan
 
 __all__ = ["CHANNEL_OPTIONS", "GatewayApp"]
 
@@ -75,6 +82,7 @@ class GatewayApp:
             b"/docs": HttpResponse(200, docs_page(self.document), [_HTML]),
         }
         self.access = Access(config.restricted)
+        self.tracing = Tracing(config.trace)
         self._channel: grpc.aio.Channel | None = None
         self._handlers: Handlers | None = None
         #: Set at SIGTERM: readiness answers 400 and new requests are refused.
@@ -82,10 +90,12 @@ class GatewayApp:
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stop_by: float | None = None  # monotonic deadline, set at SIGTERM
 
     def begin_drain(self) -> None:
         """Readiness false from now on; requests already running go on."""
         self.draining = True
+        self._stop_by = time.monotonic() + self.config.exit_timeout_secs
 
     async def wait_idle(self) -> None:
         """Until no request is in flight (streams included)."""
@@ -104,11 +114,19 @@ class GatewayApp:
             )
         self._channel.get_state(try_to_connect=True)
         self._handlers = Handlers(self._channel, self.config.grpc_target)
+        self.tracing.start()
 
     async def shutdown(self) -> None:
+        """Close the channel, then flush queued spans within what is left of the exit
+        timeout (after SIGTERM) or the whole of it."""
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = None
+        if self.tracing.active:
+            left = self.config.exit_timeout_secs
+            if self._stop_by is not None:
+                left = self._stop_by - time.monotonic()
+            await _flush_traces(self.tracing, max(1.0, left))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -142,33 +160,59 @@ class GatewayApp:
                 self._idle.set()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            response = await self._respond(scope, receive)
-        except GatewayError as exc:
-            response = error_response(exc)
-        except _Disconnected:
-            return
-        except Exception:
-            log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
-            response = error_response(GatewayError(500, "internal error in the gateway"))
-        if response.stream is not None:
-            await _stream(response, receive, send)
-            return
-        headers = [(b"content-length", str(len(response.body)).encode("ascii"))]
-        headers += response.headers
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": response.body})
-
-    async def _respond(self, scope: Scope, receive: Receive) -> HttpResponse:
         method: str = scope["method"]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
-        static = self._static.get(raw_path)
-        if static is not None:
-            if method != "GET":
-                raise GatewayError(405, "Method Not Allowed")
-            return static
-        route, binding, params = self.router.match(method, raw_path)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        request: HttpRequest | None = None
+        error: str | None = None
+        try:
+            static = self._static.get(raw_path)
+            if static is not None:
+                if method != "GET":
+                    raise GatewayError(405, "Method Not Allowed")
+                response = static
+            else:
+                route, binding, params = self.router.match(method, raw_path)
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                request = HttpRequest(method, raw_path, headers)
+                if self.tracing.active and route.rpc in TRACED_RPCS:  # the one check while off
+                    request.trace = self._begin_span(request, binding, params)
+                response = await self._respond(route, binding, params, request, receive)
+        except GatewayError as exc:
+            response = error_response(exc)
+            error = exc.message
+        except _Disconnected:
+            if request is not None and request.trace is not None:
+                request.trace.finish(499, "the client left before its request body arrived")
+            return
+        except Exception:
+            log.exception("unhandled error serving %s %s", method, scope["path"])
+            error = "internal error in the gateway"
+            response = error_response(GatewayError(500, error))
+        try:
+            if response.stream is not None:
+                await _stream(response, receive, send)
+                return
+            headers_out = [(b"content-length", str(len(response.body)).encode("ascii"))]
+            headers_out += response.headers
+            await send(
+                {"type": "http.response.start", "status": response.status, "headers": headers_out}
+            )
+            await send({"type": "http.response.body", "body": response.body})
+        finally:
+            # A traced request's span ends once its answer is sent (streams included).
+            if request is not None and request.trace is not None:
+                request.trace.finish(response.status, error)
+
+    async def _respond(
+        self,
+        route: Route,
+        binding: Binding,
+        params: dict[str, str],
+        request: HttpRequest,
+        receive: Receive,
+    ) -> HttpResponse:
+        """Check access and draining, read the body, and hand the request to its handler."""
+        headers = request.headers
         self.access.check(route.rpc, headers)  # before the body is read or any RPC made
         if self.draining:
             if route.rpc == "ServerReady":
@@ -185,8 +229,23 @@ class GatewayApp:
                 body = decompress(body, encoding, limit)
         if self._handlers is None:
             raise GatewayError(503, "the gateway is starting or stopping")
-        request = HttpRequest(method, raw_path, headers, body, self.access.metadata(headers))
+        request.body = body
+        request.metadata = self.access.metadata(headers)
+        if request.trace is not None:  # the service's parent is the gateway's span
+            request.metadata = request.trace.metadata(request.metadata)
         return await self._handlers.handle(route, binding, params, request)
+
+    def _begin_span(
+        self, request: HttpRequest, binding: Binding, params: dict[str, str]
+    ) -> RequestSpan | None:
+        """The request's span if sampled; a tracing failure never fails the request."""
+        try:
+            return self.tracing.begin(
+                request.method, request.raw_path, binding, params, request.headers
+            )
+        except Exception:  # pragma: no cover - the SDK does not raise on valid input
+            log.exception("could not open a span for %s %s", request.method, binding.template)
+            return None
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
         limit = self.config.max_body_bytes
@@ -236,6 +295,33 @@ async def _stream(response: HttpResponse, receive: Receive, send: Send) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await stream.aclose()
+
+
+async def _flush_traces(tracing: Tracing, seconds: float) -> None:
+    """Export the spans still queued, for at most ``seconds``.
+
+    In a daemon thread rather than the loop's executor (as the service does): an
+    unreachable collector must not hold the exit.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def flush() -> None:
+        try:
+            tracing.shutdown()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=flush, name="trace-flush", daemon=True).start()
+    try:
+        await asyncio.wait_for(done, seconds)
+    except TimeoutError:
+        log.warning("trace exporter did not flush within %.1fs; exiting without it", seconds)
 
 
 def _credentials(tls: GrpcTls) -> grpc.ChannelCredentials:

@@ -10,11 +10,14 @@ from pathlib import Path
 __all__ = [
     "API_GROUPS",
     "DEFAULT_MAX_BODY_BYTES",
+    "TRACE_EXPORTERS",
     "GatewayConfig",
     "GrpcTls",
     "HttpsConfig",
     "RestrictedApi",
+    "TraceConfig",
     "parse_args",
+    "parse_trace_config",
 ]
 
 #: Largest request body read (and largest inflated body); 1 GiB keeps one request from
@@ -55,8 +58,34 @@ class GrpcTls:
 
 @dataclass(frozen=True, slots=True)
 class HttpsConfig:
+    """HTTPS on the gateway's socket; ``root_cert`` verifies client certificates (mutual
+    TLS), which every connection must present when ``require_client_cert`` is set."""
+
     cert: Path
     key: Path
+    root_cert: Path | None = None
+    require_client_cert: bool = False
+
+
+#: As the service's ``--trace-config opentelemetry,exporter=...``.
+TRACE_EXPORTERS = ("otlp-http", "otlp-grpc", "console")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    """The gateway's own spans, set with the service's ``--trace-config`` syntax (copied,
+    not imported: the gateway does not import ``service``). Off until ``level=TIMESTAMPS``."""
+
+    level: str = "OFF"  # OFF or TIMESTAMPS
+    rate: int = 1000  # trace 1 request in ``rate`` (a caller's sampled traceparent: always)
+    count: int = -1  # traces left to take; -1: no limit
+    exporter: str = "otlp-http"
+    url: str = "http://localhost:4318/v1/traces"
+    resource: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def on(self) -> bool:
+        return self.level != "OFF" and self.count != 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +99,7 @@ class GatewayConfig:
     grpc_tls: GrpcTls | None = None
     https: HttpsConfig | None = None
     exit_timeout_secs: float = 30.0
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
 
 _DEFAULTS = GatewayConfig()
@@ -111,6 +141,57 @@ def restricted_apis(specs: Sequence[str]) -> tuple[RestrictedApi, ...]:
         seen |= groups
         out.append(RestrictedApi(frozenset(groups), key.strip().lower(), value))
     return tuple(out)
+
+
+def _trace_int(name: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--trace-config {name}: expected an integer, got '{text}'") from None
+    if value < minimum:
+        raise ValueError(f"--trace-config {name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_trace_config(specs: Sequence[str]) -> TraceConfig:
+    """``key=value`` (level, rate, count) or ``opentelemetry,key=value`` (exporter, url,
+    resource): the service's grammar, so one set of values configures both processes."""
+    values: dict[str, object] = {}
+    resource: list[tuple[str, str]] = []
+    for spec in specs:
+        mode, comma, setting = spec.partition(",")
+        if not comma:
+            mode, setting = "", spec
+        key, equals, value = setting.partition("=")
+        if not equals:
+            raise ValueError(f"--trace-config '{spec}': expected [mode,]key=value")
+        if mode not in ("", "opentelemetry"):
+            raise ValueError(f"--trace-config '{spec}': only the opentelemetry mode is supported")
+        if mode and key == "url":
+            values["url"] = value if "://" in value else f"http://{value}"
+        elif mode and key == "exporter":
+            if value not in TRACE_EXPORTERS:
+                raise ValueError(f"--trace-config exporter: one of {', '.join(TRACE_EXPORTERS)}")
+            values["exporter"] = value
+        elif mode and key == "resource":
+            name, eq, text = value.partition("=")
+            if not eq or not name:
+                raise ValueError(f"--trace-config '{spec}': expected resource=<key>=<value>")
+            resource.append((name, text))
+        elif not mode and key == "level":
+            if value not in ("OFF", "TIMESTAMPS"):
+                raise ValueError("--trace-config level: OFF or TIMESTAMPS")
+            values["level"] = value
+        elif not mode and key == "rate":
+            values["rate"] = _trace_int("rate", value, 1)
+        elif not mode and key == "count":
+            values["count"] = _trace_int("count", value, -1)
+        elif not mode and key == "mode":
+            if value != "opentelemetry":
+                raise ValueError("--trace-config mode: only 'opentelemetry' is supported")
+        else:
+            raise ValueError(f"--trace-config '{spec}': unknown setting '{key}'")
+    return TraceConfig(resource=tuple(resource), **values)  # type: ignore[arg-type]
 
 
 def _readable(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> None:
@@ -165,6 +246,28 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
     parser.add_argument("--https-cert", type=Path, help="serve HTTPS with this PEM certificate")
     parser.add_argument("--https-key", type=Path, help="PEM private key for --https-cert")
     parser.add_argument(
+        "--https-root-cert",
+        type=Path,
+        help="PEM CA certificates that verify HTTPS client certificates (mutual TLS); "
+        "a client that presents none is still served unless --https-require-client-cert",
+    )
+    parser.add_argument(
+        "--https-require-client-cert",
+        action="store_true",
+        help="refuse HTTPS connections without a client certificate signed by --https-root-cert",
+    )
+    parser.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[opentelemetry,]<key>=<value>",
+        help="the gateway's own spans, as the service's flag: 'level=TIMESTAMPS' turns them "
+        "on, 'rate=N' traces 1 request in N (default 1000), 'count=N', "
+        "'opentelemetry,exporter=otlp-http|otlp-grpc|console', "
+        "'opentelemetry,url=http://collector:4318/v1/traces', "
+        "'opentelemetry,resource=<key>=<value>' (repeatable)",
+    )
+    parser.add_argument(
         "--exit-timeout-secs",
         type=_non_negative,
         default=_DEFAULTS.exit_timeout_secs,
@@ -186,13 +289,11 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         grpc_tls = GrpcTls(*tls_files)
     elif any(path is not None for path in tls_files):
         parser.error("--grpc-root-cert/--grpc-client-cert/--grpc-client-key need --grpc-use-ssl")
-    https = None
-    if opts.https_cert is not None or opts.https_key is not None:
-        if opts.https_cert is None or opts.https_key is None:
-            parser.error("--https-cert and --https-key go together")
-        _readable(parser, "--https-cert", opts.https_cert)
-        _readable(parser, "--https-key", opts.https_key)
-        https = HttpsConfig(opts.https_cert, opts.https_key)
+    https = _https(parser, opts)
+    try:
+        trace = parse_trace_config(opts.trace_config)
+    except ValueError as exc:
+        parser.error(str(exc))
     return GatewayConfig(
         grpc_target=opts.grpc_target,
         http_address=opts.http_address,
@@ -203,4 +304,26 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         grpc_tls=grpc_tls,
         https=https,
         exit_timeout_secs=opts.exit_timeout_secs,
+        trace=trace,
+    )
+
+
+def _https(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> HttpsConfig | None:
+    """HTTPS settings; an incomplete combination stops the start (exit 2) naming the flag."""
+    if opts.https_require_client_cert and opts.https_root_cert is None:
+        parser.error(
+            "--https-require-client-cert needs --https-root-cert (the CA that signs the "
+            "client certificates)"
+        )
+    if opts.https_cert is None and opts.https_key is None:
+        if opts.https_root_cert is not None:
+            parser.error("--https-root-cert needs --https-cert and --https-key")
+        return None
+    if opts.https_cert is None or opts.https_key is None:
+        parser.error("--https-cert and --https-key go together")
+    _readable(parser, "--https-cert", opts.https_cert)
+    _readable(parser, "--https-key", opts.https_key)
+    _readable(parser, "--https-root-cert", opts.https_root_cert)
+    return HttpsConfig(
+        opts.https_cert, opts.https_key, opts.https_root_cert, opts.https_require_client_cert
     )

@@ -9,9 +9,10 @@ every answer comes from the service.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import orjson
@@ -27,6 +28,9 @@ from .generate import build_generate_request, generate_events, render_generate
 from .protojson import build_request, render_response
 from .routes import Binding, Route
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
+
+if TYPE_CHECKING:
+    from .spans import RequestSpan
 
 __all__ = ["Handlers", "HttpRequest", "HttpResponse", "error_response", "json_response"]
 
@@ -47,6 +51,8 @@ class HttpRequest:
     body: bytes = b""
     #: gRPC metadata sent with every call made for this request (trace context, keys).
     metadata: tuple[tuple[str, str], ...] = ()
+    #: The gateway's span for this request when it is traced (inference routes only).
+    trace: RequestSpan | None = None
 
 
 @dataclass(slots=True)
@@ -102,7 +108,11 @@ class Handlers:
         metadata = await self._call(
             "ModelMetadata", pb.ModelMetadataRequest(name=model, version=version), request.metadata
         )
+        trace = request.trace
+        started = time.time_ns() if trace is not None else 0
         infer = build_generate_request(doc, metadata, model, version)
+        if trace is not None:
+            trace.phase("translate_request", started)
         call = self._stub.ModelStreamInfer(iter([infer]), metadata=request.metadata or None)
         responses = self._stream(call)
         if binding.sse:
@@ -120,9 +130,11 @@ class Handlers:
                 "generate expects model to produce exactly 1 response, use generate stream "
                 f"for model that generates various number of responses (got {len(answers)})",
             )
-        return HttpResponse(
-            200, orjson.dumps(render_generate(answers[0].infer_response), option=_NUMPY)
-        )
+        started = time.time_ns() if trace is not None else 0
+        out = orjson.dumps(render_generate(answers[0].infer_response), option=_NUMPY)
+        if trace is not None:
+            trace.phase("translate_response", started)
+        return HttpResponse(200, out)
 
     async def _stream(self, call: Any) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
         """The RPC's responses; an RPC failure becomes a GatewayError; closing cancels it."""
@@ -151,6 +163,8 @@ class Handlers:
     async def _infer(self, params: dict[str, str], request: HttpRequest) -> HttpResponse:
         body = request.body
         model, version = params["model_name"], params.get("model_version", "")
+        trace = request.trace
+        started = time.time_ns() if trace is not None else 0
         given = request.headers.get(HEADER_LENGTH)
         length = header_length(body, given)
         if given is not None and length == 0:
@@ -159,13 +173,17 @@ class Handlers:
                 pb.ModelMetadataRequest(name=model, version=version),
                 request.metadata,
             )
+            started = time.time_ns() if trace is not None else 0  # after the RPC
             call = InferCall(raw_binary_request(body, metadata, model, version), True)
         else:
             if not body:
                 raise GatewayError(400, "empty request body: expected the inference request JSON")
             header = load_json(memoryview(body)[:length], "the inference request")
             call = decode_infer(header, BinaryReader(body, length, model), model, version)
+        if trace is not None:
+            trace.phase("translate_request", started)
         response = await self._call("ModelInfer", call.request, request.metadata)
+        started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head
         headers = response_headers(len(head), bool(parts))
@@ -176,6 +194,8 @@ class Handlers:
             else:
                 out = compress(out, encoding)
             headers.append((b"content-encoding", encoding.encode("ascii")))
+        if trace is not None:
+            trace.phase("translate_response", started)
         return HttpResponse(200, out, headers)
 
 

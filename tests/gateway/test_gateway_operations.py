@@ -1,5 +1,5 @@
 """The gateway's operations surface (issue 8): restricted APIs, TLS to the service and
-HTTPS, trace-context propagation, and the SIGTERM drain.
+HTTPS (with client certificates), trace-context propagation, and the SIGTERM drain.
 
 A fake gRPC service runs in this process (tritonclient's copy of Triton's protos, so
 nothing imports ``service``, ``gateway`` or ``inference``) and records every call's
@@ -12,6 +12,7 @@ import datetime
 import http.client
 import ipaddress
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -295,6 +296,102 @@ def test_https_serving(fake: FakeService, plain_service: str, pki: Pki) -> None:
         # Plain HTTP on the HTTPS port gets no HTTP answer.
         with pytest.raises((http.client.HTTPException, OSError)):
             http_request(gw.url, "GET", "/v2/health/ready", timeout=5)
+
+
+def _https_ready(port: int, context: ssl.SSLContext) -> int:
+    """GET /v2/health/ready over HTTPS on a fresh connection; its HTTP status."""
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+    try:
+        conn.request("GET", "/v2/health/ready")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def _client_context(pki: Pki, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """Trusts ``pki``'s CA for the server; presents ``cert`` (chain, key) if given."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
+
+
+def _handshake(port: int, context: ssl.SSLContext) -> None:
+    """A TLS 1.2 handshake alone: the server's verdict on the client certificate is part
+    of the handshake itself (TLS 1.3 gives it only after the client believes it is done)."""
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost"),
+    ):
+        pass
+
+
+def _refused(port: int, pki: Pki, cert: tuple[Path, Path] | None) -> None:
+    """The handshake fails, and a request (TLS 1.3) gets no HTTP answer."""
+    with pytest.raises(ssl.SSLError):
+        _handshake(port, _client_context(pki, cert))
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        _https_ready(port, _client_context(pki, cert))
+
+
+def test_https_requires_client_certificates_from_the_ca(
+    fake: FakeService, plain_service: str, pki: Pki, tmp_path: Path
+) -> None:
+    other = Pki(tmp_path)  # another CA, with its own client certificate
+    args = ["--https-cert", str(pki.server_cert), "--https-key", str(pki.server_key)]
+    args += ["--https-root-cert", str(pki.ca), "--https-require-client-cert"]
+    with running_gateway(plain_service, args) as gw:
+        assert "(HTTPS, client certificates required)" in gw.log
+        signed = _client_context(pki, (pki.client_cert, pki.client_key))
+        assert _https_ready(gw.port, signed) == 200
+        _handshake(gw.port, _client_context(pki, (pki.client_cert, pki.client_key)))
+        _refused(gw.port, pki, None)  # no client certificate
+        _refused(gw.port, pki, (other.client_cert, other.client_key))
+        # Refused handshakes leave the gateway serving.
+        assert _https_ready(gw.port, signed) == 200
+    assert fake.rpcs() == ["ServerReady", "ServerReady"]  # the refused ones reached no RPC
+
+
+def test_https_root_cert_alone_verifies_presented_certificates(
+    fake: FakeService, plain_service: str, pki: Pki, tmp_path: Path
+) -> None:
+    other = Pki(tmp_path)
+    args = ["--https-cert", str(pki.server_cert), "--https-key", str(pki.server_key)]
+    args += ["--https-root-cert", str(pki.ca)]
+    with running_gateway(plain_service, args) as gw:
+        assert _https_ready(gw.port, _client_context(pki)) == 200  # none presented: served
+        signed = _client_context(pki, (pki.client_cert, pki.client_key))
+        assert _https_ready(gw.port, signed) == 200
+        _refused(gw.port, pki, (other.client_cert, other.client_key))
+        assert _https_ready(gw.port, signed) == 200
+    assert fake.rpcs() == ["ServerReady"] * 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--https-require-client-cert"], "--https-require-client-cert needs --https-root-cert"),
+        (["--https-root-cert", "{ca}"], "--https-root-cert needs --https-cert and --https-key"),
+        (
+            ["--https-cert", "{cert}", "--https-key", "{key}", "--https-require-client-cert"],
+            "--https-require-client-cert needs --https-root-cert",
+        ),
+        (
+            ["--https-cert", "{cert}", "--https-key", "{key}", "--https-root-cert", "{missing}"],
+            "--https-root-cert: no such file",
+        ),
+    ],
+)
+def test_incomplete_client_certificate_flags_exit_2(
+    plain_service: str, pki: Pki, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    names = {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}
+    names["missing"] = tmp_path / "missing.pem"
+    args = [arg.format(**names) for arg in extra]
+    with pytest.raises(RuntimeError, match="gateway exited with 2") as stopped:
+        GatewayProcess(plain_service, args).start()
+    assert message in str(stopped.value)
 
 
 def test_tls_flag_errors(plain_service: str, pki: Pki, tmp_path: Path) -> None:
