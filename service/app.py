@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -12,11 +13,15 @@ import threading
 from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
+from .core.server import InferenceServer
 from .handlers.server import GrpcFrontend
+from .statistics import set_observer_factory
+from .telemetry.gpu import GpuMetrics
 from .telemetry.logs import LogControl
 from .telemetry.metrics import CONTENT_TYPE, MetricsRenderer
 from .telemetry.metrics_http import MetricsEndpoint
-from .telemetry.spans import TracedInferenceServer, TracingStepRunner
+from .telemetry.metrics_latency import LatencyObserver
+from .telemetry.spans import TracingStepRunner
 from .telemetry.tracing import Tracing
 
 __all__ = ["serve"]
@@ -34,10 +39,14 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    latency = config.metrics.latency
+    if config.metrics.enabled and latency.observed:
+        # Before any model loads: each ModelStats takes its observer when it is created.
+        set_observer_factory(functools.partial(LatencyObserver, latency))
     mode = ControlMode(config.model_control_mode)
     models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = TracedInferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
     tracing = Tracing(config.trace)
     models.attach_runner(TracingStepRunner(core, tracing))
     try:
@@ -50,8 +59,18 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
     metrics = None
+    gpu = None
     if config.metrics.enabled:
-        renderer = MetricsRenderer(models.loaded, cache_enabled=cache is not None)
+        if config.metrics.gpu:
+            gpu = GpuMetrics(config.metrics.interval_ms / 1000)
+            if not await asyncio.to_thread(gpu.start):
+                gpu = None
+        renderer = MetricsRenderer(
+            models.loaded,
+            cache_enabled=cache is not None,
+            latency=latency,
+            extra=gpu.render if gpu is not None else None,
+        )
         metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
     try:
         frontend = GrpcFrontend(core, config, logs=logs, tracing=tracing)
@@ -63,6 +82,8 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.error("%s", exc)
         if metrics is not None:
             await metrics.stop()
+        if gpu is not None:
+            gpu.stop()
         await models.unload_all()
         return 1
     # Tests and scripts wait for this line (and read the port from it with --grpc-port 0).
@@ -88,6 +109,8 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await frontend.stop(max(0.0, deadline - loop.time()))
     if metrics is not None:
         await metrics.stop()
+    if gpu is not None:
+        gpu.stop()
     try:
         await asyncio.wait_for(models.unload_all(), max(1.0, deadline - loop.time()))
     except TimeoutError:

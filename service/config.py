@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
 
 __all__ = [
@@ -58,6 +59,9 @@ class MetricsConfig:
     enabled: bool = True
     address: str = "0.0.0.0"
     port: int = 8002
+    gpu: bool = True  # --allow-gpu-metrics (exported only where NVML finds a GPU)
+    interval_ms: int = 2000  # --metrics-interval-ms: how often GPU metrics are read
+    latency: LatencyMetrics = field(default_factory=LatencyMetrics)  # --metrics-config
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(parser, "--allow-metrics", True, "serve Prometheus metrics")
     add("--metrics-address", default="0.0.0.0", help="address of the metrics endpoint")
     add("--metrics-port", type=int, default=8002, help="metrics port (0 picks a free port)")
+    _flag(parser, "--allow-gpu-metrics", True, "export GPU metrics (needs the 'gpu' extra)")
+    add(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        help="milliseconds between readings of the per-interval (GPU) metrics",
+    )
+    add(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="<setting>=<value>",
+        help="latency metric types (repeatable): summary_latencies=true, "
+        "summary_quantiles=0.5:0.05,0.9:0.01,..., histogram_latencies=true, "
+        "counter_latencies=false",
+    )
     # Tracing
     add(
         "--trace-config",
@@ -267,11 +287,14 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--repository-poll-secs must be positive")
     if args.log_verbose < 0:
         parser.error("--log-verbose must be >= 0")
+    if args.metrics_interval_ms <= 0:
+        parser.error("--metrics-interval-ms must be positive")
     try:
         cache_size = _cache_size(args.cache_config)
         restricted = _restricted(args.grpc_restricted_protocol)
         tls = _tls(args)
         trace = parse_trace_config(args.trace_config)
+        latency = parse_metrics_config(args.metrics_config)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(str(exc))
     return ServerConfig(
@@ -294,7 +317,14 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
             format=args.log_format,
             file=args.log_file,
         ),
-        metrics=MetricsConfig(args.allow_metrics, args.metrics_address, args.metrics_port),
+        metrics=MetricsConfig(
+            args.allow_metrics,
+            args.metrics_address,
+            args.metrics_port,
+            gpu=args.allow_gpu_metrics,
+            interval_ms=args.metrics_interval_ms,
+            latency=latency,
+        ),
         trace=trace,
         tls=tls,
         restricted=restricted,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-__all__ = ["BatchTimings", "Duration", "ModelStats"]
+__all__ = ["BatchTimings", "Duration", "ModelStats", "StatsObserver", "set_observer_factory"]
 
 
 @dataclass(slots=True)
@@ -69,6 +70,40 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class StatsObserver(Protocol):
+    """Sees each per-request observation as ``ModelStats`` records it.
+
+    For what counters cannot give: latency summaries (quantiles over a time window) and
+    histograms need every value, not only the sums. Called on the event loop thread.
+    """
+
+    def observe_request(
+        self, request_ns: int, queue_ns: int | None, timings: BatchTimings | None
+    ) -> None:
+        """A successful request; ``queue_ns`` / ``timings`` are None where not recorded."""
+
+    def observe_response(self, index: int, elapsed_ns: int) -> None:
+        """A decoupled model's response ``index`` (not cancelled), ``elapsed_ns`` after
+        the previous one (for index 0: after the request was handed to the model)."""
+
+
+_observer_factory: Callable[[], StatsObserver] | None = None
+
+
+def set_observer_factory(factory: Callable[[], StatsObserver] | None) -> None:
+    """Give every ``ModelStats`` created from now on an observer (None: none).
+
+    Process-wide because the core builds ``ModelStats`` itself; the composition root sets
+    it once, before models load. Without one, recording pays a single ``is None`` test.
+    """
+    global _observer_factory
+    _observer_factory = factory
+
+
+def _new_observer() -> StatsObserver | None:
+    return _observer_factory() if _observer_factory is not None else None
+
+
 @dataclass
 class ModelStats:
     """Counters for one model version; ``wall_ms`` is injectable for tests."""
@@ -89,6 +124,7 @@ class ModelStats:
     responses: dict[int, ResponseStats] = field(default_factory=dict)
     memory_bytes: int = 0  # CPU memory the loaded instances took (estimate, see loader)
     wall_ms: Callable[[], int] = _wall_ms
+    observer: StatsObserver | None = field(default_factory=_new_observer, repr=False, compare=False)
 
     def record_execution(self, batch_size: int, timings: BatchTimings) -> None:
         """One model execution of ``batch_size`` inferences (1 for unbatched models)."""
@@ -112,11 +148,15 @@ class ModelStats:
         response.compute_output.add(timings.compute_output)
         response.success.add(timings.compute_infer + timings.compute_output)
         self.last_inference_ms = self.wall_ms()
+        if self.observer is not None:
+            self.observer.observe_request(request_ns, queue_ns, timings)
 
     def record_request_success(self, request_ns: int) -> None:
         """A decoupled request whose responses all went out (timings are per response)."""
         self.success.add(request_ns)
         self.last_inference_ms = self.wall_ms()
+        if self.observer is not None:
+            self.observer.observe_request(request_ns, None, None)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """Hits count as successes and (zero-length) queue entries, never as executions."""
@@ -124,6 +164,8 @@ class ModelStats:
         self.queue.add(0)
         self.cache_hit.add(lookup_ns)
         self.last_inference_ms = self.wall_ms()
+        if self.observer is not None:
+            self.observer.observe_request(request_ns, 0, None)
 
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         self.cache_miss.add(lookup_and_insert_ns)
@@ -154,6 +196,8 @@ class ModelStats:
             stats.success.add(infer_ns + output_ns)
         else:
             stats.fail.add(infer_ns)
+        if self.observer is not None and not cancelled:
+            self.observer.observe_response(index, infer_ns + output_ns)
 
     def _response(self, index: int) -> ResponseStats:
         stats = self.responses.get(index)

@@ -2,19 +2,25 @@
 
 No counter of its own: every value is computed from the same objects ModelStatistics
 encodes, when Prometheus asks, so the two always agree and requests pay nothing extra.
+Latency summaries and histograms (``--metrics-config``) are the exception: they need each
+value, which the model's ``LatencyObserver`` (metrics_latency.py) collects as ``ModelStats``
+records it; they are rendered here too.
 The text is Prometheus exposition format 0.0.4, written here because prometheus_client
 renames counters to ``<name>_total`` while Triton's dashboards query the bare names.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..statistics import ModelStats
+from .metrics_config import LatencyMetrics
+from .metrics_latency import LatencyObserver
 
-__all__ = ["CONTENT_TYPE", "MetricsRenderer", "ScrapedModel"]
+__all__ = ["CONTENT_TYPE", "MetricsRenderer", "ScrapedModel", "format_number"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -149,8 +155,79 @@ _CACHE = (
 )
 
 
+_LATENCY_COUNTERS = frozenset(
+    {
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+    }
+)
+
+# (family, help, LatencyObserver.summaries() key); Triton's names, values in microseconds.
+_SUMMARIES = (
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "Summary of inference compute output duration in microseconds (does not include "
+        "cached requests)",
+        "compute_output",
+    ),
+)
+_FIRST_RESPONSE = "nv_inference_first_response_histogram_ms"
+_FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_number(value: float) -> str:
+    """Prometheus text for a value: integral ones without '.0' (as Triton prints them)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value):
+        return str(int(value))
+    return repr(float(value))
+
+
+def _decimal(ns: int, per_unit: int) -> str:
+    """``ns / per_unit`` exactly (no float rounding), trailing zeros dropped."""
+    whole, rest = divmod(abs(ns), per_unit)
+    sign = "-" if ns < 0 else ""
+    if not rest:
+        return f"{sign}{whole}"
+    digits = len(str(per_unit)) - 1
+    return f"{sign}{whole}.{rest:0{digits}d}".rstrip("0")
+
+
+def _decoupled(model: ScrapedModel) -> bool:
+    """Whether the model's config is decoupled (read only when histograms are on; a
+    scraped model without a config counts as not decoupled)."""
+    config = getattr(model, "config", None)
+    return bool(config is not None and config.model_transaction_policy.decoupled)
 
 
 class MetricsRenderer:
@@ -166,9 +243,16 @@ class MetricsRenderer:
         *,
         cache_enabled: bool = False,
         extra: Callable[[], str] | None = None,
+        latency: LatencyMetrics | None = None,
     ) -> None:
+        """``latency``: Triton's ``--metrics-config`` choices (default: counters only);
+        ``extra``: text appended to every scrape (the GPU metrics)."""
         self._source = source
-        self._families = _INFERENCE + (_CACHE if cache_enabled else ())
+        self._latency = latency or LatencyMetrics()
+        families = _INFERENCE + (_CACHE if cache_enabled else ())
+        if not self._latency.counters:  # Triton drops the cache counters with them too
+            families = tuple(f for f in _INFERENCE if f.name not in _LATENCY_COUNTERS)
+        self._families = families
         self._extra = extra
 
     def render(self) -> bytes:
@@ -178,7 +262,50 @@ class MetricsRenderer:
             lines.append(f"# HELP {family.name} {family.help}")
             lines.append(f"# TYPE {family.name} {family.type}")
             lines.extend(f"{family.name}{{{labels}}} {family.value(m)}" for m, labels in models)
+        if self._latency.histograms:
+            self._render_histograms(lines, [(m, lb) for m, lb in models if _decoupled(m)])
+        if self._latency.summaries:
+            self._render_summaries(lines, models)
         text = "\n".join(lines) + "\n"
         if self._extra is not None:
             text += self._extra()
         return text.encode()
+
+    @staticmethod
+    def _render_histograms(lines: list[str], models: list[tuple[ScrapedModel, str]]) -> None:
+        """Decoupled models only, as Triton; a model with no observer yet shows zeros."""
+        lines.append(f"# HELP {_FIRST_RESPONSE} {_FIRST_RESPONSE_HELP}")
+        lines.append(f"# TYPE {_FIRST_RESPONSE} histogram")
+        for model, labels in models:
+            observer = model.stats.observer
+            histogram = observer.first_response if isinstance(observer, LatencyObserver) else None
+            if histogram is None:
+                continue
+            lines.append(f"{_FIRST_RESPONSE}_count{{{labels}}} {histogram.count}")
+            lines.append(f"{_FIRST_RESPONSE}_sum{{{labels}}} {_decimal(histogram.sum, 10**6)}")
+            for bound, count in zip(histogram.bounds, histogram.cumulative(), strict=True):
+                le = format_number(bound / 10**6)
+                lines.append(f'{_FIRST_RESPONSE}_bucket{{{labels},le="{le}"}} {count}')
+            lines.append(f'{_FIRST_RESPONSE}_bucket{{{labels},le="+Inf"}} {histogram.count}')
+
+    def _render_summaries(self, lines: list[str], models: list[tuple[ScrapedModel, str]]) -> None:
+        """Per model: ``_count``, ``_sum``, then one line per quantile (prometheus-cpp's
+        order); a quantile over an empty window is NaN."""
+        quantiles = [q for q, _ in self._latency.quantiles]
+        shown = [format_number(q) for q in quantiles]
+        observers = [(m.stats.observer, labels) for m, labels in models]
+        for name, text, key in _SUMMARIES:
+            lines.append(f"# HELP {name} {text}")
+            lines.append(f"# TYPE {name} summary")
+            for observer, labels in observers:
+                if not isinstance(observer, LatencyObserver):
+                    continue
+                summary = observer.summaries()[key]
+                if summary is None:
+                    continue
+                lines.append(f"{name}_count{{{labels}}} {summary.count}")
+                lines.append(f"{name}_sum{{{labels}}} {_decimal(summary.sum, 1000)}")
+                values = summary.window.quantiles(quantiles, observer.now())
+                for q, value in zip(shown, values, strict=True):
+                    shown_value = "NaN" if math.isnan(value) else _decimal(int(value), 1000)
+                    lines.append(f'{name}{{{labels},quantile="{q}"}} {shown_value}')
