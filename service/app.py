@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 from .cache import ResponseCache
 from .config import ServerConfig
@@ -16,6 +17,7 @@ from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
 from .handlers.server import GrpcFrontend
 from .statistics import set_observer_factory
+from .telemetry.cpu import CpuMetrics
 from .telemetry.gpu import GpuMetrics
 from .telemetry.logs import LogControl
 from .telemetry.metrics import CONTENT_TYPE, MetricsRenderer
@@ -60,16 +62,22 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))
     metrics = None
     gpu = None
+    cpu = None
     if config.metrics.enabled:
+        interval_s = config.metrics.interval_ms / 1000
         if config.metrics.gpu:
-            gpu = GpuMetrics(config.metrics.interval_ms / 1000)
+            gpu = GpuMetrics(interval_s)
             if not await asyncio.to_thread(gpu.start):
                 gpu = None
+        if config.metrics.cpu:
+            cpu = CpuMetrics(interval_s)
+            if not await asyncio.to_thread(cpu.start):
+                cpu = None
         renderer = MetricsRenderer(
             models.loaded,
             cache_enabled=cache is not None,
             latency=latency,
-            extra=gpu.render if gpu is not None else None,
+            extra=_joined([c.render for c in (gpu, cpu) if c is not None]),
         )
         metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
     try:
@@ -82,8 +90,9 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.error("%s", exc)
         if metrics is not None:
             await metrics.stop()
-        if gpu is not None:
-            gpu.stop()
+        for collector in (gpu, cpu):
+            if collector is not None:
+                collector.stop()
         await models.unload_all()
         return 1
     # Tests and scripts wait for this line (and read the port from it with --grpc-port 0).
@@ -109,8 +118,9 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await frontend.stop(max(0.0, deadline - loop.time()))
     if metrics is not None:
         await metrics.stop()
-    if gpu is not None:
-        gpu.stop()
+    for collector in (gpu, cpu):
+        if collector is not None:
+            collector.stop()
     try:
         await asyncio.wait_for(models.unload_all(), max(1.0, deadline - loop.time()))
     except TimeoutError:
@@ -122,6 +132,14 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await _flush_traces(tracing, max(1.0, deadline - loop.time()))
     log.info("server stopped")
     return 0
+
+
+def _joined(renders: list[Callable[[], str]]) -> Callable[[], str] | None:
+    """One ``extra`` for the renderer from the polled collectors (GPU then CPU, Triton's
+    order); None when there is none, so a scrape pays nothing for them."""
+    if not renders:
+        return None
+    return lambda: "".join(render() for render in renders)
 
 
 async def _flush_traces(tracing: Tracing, seconds: float) -> None:

@@ -60,8 +60,9 @@ class MetricsConfig:
     address: str = "0.0.0.0"
     port: int = 8002
     gpu: bool = True  # --allow-gpu-metrics (exported only where NVML finds a GPU)
-    interval_ms: int = 2000  # --metrics-interval-ms: how often GPU metrics are read
+    interval_ms: int = 2000  # --metrics-interval-ms: how often GPU and CPU metrics are read
     latency: LatencyMetrics = field(default_factory=LatencyMetrics)  # --metrics-config
+    cpu: bool = True  # --allow-cpu-metrics (exported only where /proc can be read)
 
 
 @dataclass(frozen=True)
@@ -176,11 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metrics-address", default="0.0.0.0", help="address of the metrics endpoint")
     add("--metrics-port", type=int, default=8002, help="metrics port (0 picks a free port)")
     _flag(parser, "--allow-gpu-metrics", True, "export GPU metrics (needs the 'gpu' extra)")
+    _flag(parser, "--allow-cpu-metrics", True, "export CPU metrics (read from Linux's /proc)")
     add(
         "--metrics-interval-ms",
         type=int,
         default=2000,
-        help="milliseconds between readings of the per-interval (GPU) metrics",
+        help="milliseconds between readings of the per-interval (GPU, CPU) metrics",
     )
     add(
         "--metrics-config",
@@ -324,6 +326,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
             gpu=args.allow_gpu_metrics,
             interval_ms=args.metrics_interval_ms,
             latency=latency,
+            cpu=args.allow_cpu_metrics,
         ),
         trace=trace,
         tls=tls,

@@ -5,8 +5,9 @@ numbers without a DCGM install. The module is imported only when ``--allow-gpu-m
 is on; without it, without a driver, or without a GPU, no GPU metric is exported and
 one INFO line says why. NVML calls block, so a daemon thread polls every
 ``--metrics-interval-ms`` and a scrape renders the last snapshot (Triton's "per
-interval" metrics); the loop never waits on the driver, and a stuck driver cannot hold
-the exit. The library is injectable (``load``) so tests can feed a fake NVML.
+interval" metrics; ``poller.IntervalPoller``); the loop never waits on the driver, and a
+stuck driver cannot hold the exit. The library is injectable (``load``) so tests can feed
+a fake NVML.
 
 Only the GPUs CUDA can see are reported, as Triton does: ``CUDA_VISIBLE_DEVICES`` entries
 are NVML indices or UUID prefixes (index order is NVML's PCI order, i.e. CUDA's with
@@ -19,12 +20,12 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from .metrics import format_number
+from .poller import IntervalPoller
 
 __all__ = ["GpuMetrics", "NvmlLibrary", "load_pynvml", "visible_devices"]
 
@@ -146,7 +147,7 @@ _READERS: tuple[
 )
 
 
-class GpuMetrics:
+class GpuMetrics(IntervalPoller):
     """Polls NVML in a daemon thread; ``render`` gives the last snapshot as exposition text.
 
     ``start`` (blocking: loads and initialises NVML, reads once) returns whether any GPU
@@ -159,14 +160,12 @@ class GpuMetrics:
         load: Callable[[], NvmlLibrary] = load_pynvml,
         cuda_visible: str | None = None,
     ) -> None:
-        self._interval_s = interval_s
+        super().__init__(interval_s, "gpu-metrics")
         self._load = load
         self._cuda_visible = cuda_visible
         self._nvml: NvmlLibrary | None = None
         self._devices: list[_Device] = []
         self._snapshot: dict[str, dict[str, float]] = {}  # family -> gpu_uuid -> value
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self, *, poll: bool = True) -> bool:
         """Find the GPUs and take the first reading; with ``poll``, keep reading."""
@@ -202,18 +201,13 @@ class GpuMetrics:
             log.info("Collecting metrics for GPU %d: %s", device.index, names[device.index])
         self.poll_once()
         if poll:
-            self._thread = threading.Thread(target=self._run, name="gpu-metrics", daemon=True)
-            self._thread.start()
+            self._start_polling()
         return True
 
     def stop(self) -> None:
         """Stop polling (waits briefly for the thread) and release NVML."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=max(1.0, self._interval_s))
-            if self._thread.is_alive():
-                return  # a driver call hangs: leave NVML to the process exit
-            self._thread = None
+        if not self._stop_polling():
+            return  # a driver call hangs: leave NVML to the process exit
         if self._nvml is not None:
             self._shutdown(self._nvml)
             self._nvml = None
@@ -224,13 +218,6 @@ class GpuMetrics:
             nvml.nvmlShutdown()
         except Exception as exc:
             log.debug("nvmlShutdown failed: %s", exc)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self.poll_once()
-            except Exception:
-                log.exception("GPU metrics poll failed")
 
     def poll_once(self) -> None:
         """Read every field of every device; a field NVML cannot give is left out."""

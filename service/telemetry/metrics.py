@@ -246,7 +246,7 @@ class MetricsRenderer:
         latency: LatencyMetrics | None = None,
     ) -> None:
         """``latency``: Triton's ``--metrics-config`` choices (default: counters only);
-        ``extra``: text appended to every scrape (the GPU metrics)."""
+        ``extra``: text appended to every scrape (the GPU and CPU metrics)."""
         self._source = source
         self._latency = latency or LatencyMetrics()
         families = _INFERENCE + (_CACHE if cache_enabled else ())

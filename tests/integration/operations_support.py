@@ -39,8 +39,11 @@ ADD_SUB_IO = (
 SLOW_WIDTH, SLOW_LAYERS = 256, 4
 _METRICS_LINE = re.compile(r"Started Metrics Service at [^\s:]+:(\d+)")
 _SAMPLE = re.compile(r'^(\w+)\{model="([^"]*)",version="([^"]*)"\} (\S+)$')
-# Per-GPU samples (only where NVML sees a GPU): labelled by device, not by model.
-_GPU_SAMPLE = re.compile(r'^(nv_gpu_\w+|nv_energy_consumption)\{gpu_uuid="[^"]*"\} \S+$')
+# Per-GPU samples (only where NVML sees a GPU): labelled by device, not by model; CPU
+# samples (Linux): no labels at all.
+_HOST_SAMPLE = re.compile(
+    r'^((nv_gpu_\w+|nv_energy_consumption)\{gpu_uuid="[^"]*"\}|nv_cpu_\w+) \S+$'
+)
 
 
 # grpc.health.v1 by hand: grpcio-health-checking needs protobuf 7, tritonclient protobuf 6.
@@ -133,7 +136,7 @@ def scrape(port: int) -> dict[tuple[str, str, str], float]:
         if line.startswith("# TYPE "):
             typed.add(line.split()[2])
         elif line and not line.startswith("#"):
-            if _GPU_SAMPLE.match(line):
+            if _HOST_SAMPLE.match(line):
                 continue
             match = _SAMPLE.match(line)
             assert match, f"unexpected sample line {line!r}"

@@ -40,7 +40,7 @@ PARTS = {  # summary family -> ModelStatistics duration (and the counter beside 
 }
 QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
 STREAM_DELAY_MS, STREAM_COUNT = 150, 2
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)\{([^}]*)\} (\S+)$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{([^}]*)\})? (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -57,7 +57,7 @@ def scrape_all(port: int) -> tuple[str, Samples]:
             match = _SAMPLE.match(line)
             assert match, f"unexpected sample line {line!r}"
             name, labels, value = match.groups()
-            samples[(name, frozenset(_LABEL.findall(labels)))] = float(value)
+            samples[(name, frozenset(_LABEL.findall(labels or "")))] = float(value)
     return text, samples
 
 

@@ -7,7 +7,9 @@ its ModelStatistics counterpart exactly (durations: ns // 1000).
 
 from __future__ import annotations
 
+import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,12 @@ from operations_support import http_get, metrics_port, scrape, write_add_sub
 from server_process import ServerProcess
 
 CACHE = "response_cache { enable: true }"
+_CPU_SAMPLE = re.compile(r"^(nv_cpu_\w+) (\S+)$")  # no labels (scrape() skips these)
+CPU_HELP = {
+    "nv_cpu_utilization": "CPU utilization rate [0.0 - 1.0]",
+    "nv_cpu_memory_total_bytes": "CPU total memory (RAM), in bytes",
+    "nv_cpu_memory_used_bytes": "CPU used memory (RAM), in bytes",
+}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +92,42 @@ def test_metrics_agree_with_model_statistics(server: ServerProcess) -> None:
     assert metrics[("nv_cache_num_misses_per_model", "cached", "1")] == 1
     assert metrics[("nv_inference_request_success", "cached", "1")] == 3
     assert metrics[("nv_inference_exec_count", "cached", "1")] == 1
+
+
+def _cpu_samples(port: int) -> tuple[str, dict[str, float]]:
+    """The whole ``/metrics`` text and its ``nv_cpu_*`` samples."""
+    status, _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200, body
+    text = body.decode()
+    matches = (_CPU_SAMPLE.match(line) for line in text.splitlines())
+    return text, {m[1]: float(m[2]) for m in matches if m}
+
+
+def test_cpu_metrics_are_exported(server: ServerProcess) -> None:
+    assert "Collecting CPU metrics" in server.log
+    port = metrics_port(server)
+    deadline = time.monotonic() + 10  # utilisation appears after one interval (2 s)
+    text, cpu = _cpu_samples(port)
+    while "nv_cpu_utilization" not in cpu:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.1)
+        text, cpu = _cpu_samples(port)
+    assert set(cpu) == set(CPU_HELP)
+    for name, help_text in CPU_HELP.items():
+        assert f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name} " in text, name
+    assert 0.0 <= cpu["nv_cpu_utilization"] <= 1.0
+    assert 0 < cpu["nv_cpu_memory_used_bytes"] <= cpu["nv_cpu_memory_total_bytes"]
+
+
+def test_allow_cpu_metrics_false_exports_none(tmp_path: Path) -> None:
+    write_add_sub(tmp_path, "plain")
+    args = ["--allow-cpu-metrics=false", "--metrics-interval-ms=50"]
+    with running_server([tmp_path], extra_args=args) as server:
+        time.sleep(0.2)  # several intervals: nothing may appear later either
+        text, cpu = _cpu_samples(metrics_port(server))
+    assert (cpu, "nv_cpu_" in text) == ({}, False)
+    assert "nv_inference_request_success" in text
+    assert "CPU metrics" not in server.log
 
 
 def test_endpoint_answers_only_get_metrics(server: ServerProcess) -> None:
