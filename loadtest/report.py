@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PLOT_NAME", "Ratio", "compute_ratios", "markdown", "plot", "write_report"]
+__all__ = [
+    "PLOT_NAME",
+    "Ratio",
+    "compute_ratios",
+    "cpu_budget",
+    "markdown",
+    "plot",
+    "write_report",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PLOT_NAME = "throughput_p99.png"
@@ -117,6 +125,45 @@ def compute_ratios(
     return out
 
 
+def cpu_budget(
+    rows: Sequence[Row], ceiling: Sequence[dict[str, Any]], cores: int | None
+) -> list[str]:
+    """Why ratio (b) is what it is: the CPU the cores must share, from this run's numbers.
+
+    Model CPU per sample is the ceiling's (``threads / samples_per_s``, its threads fully
+    busy); serving CPU per request is what the server and the client spent beyond that.
+    When model and serving share ``cores``, served throughput is at most
+    ``cores / (model + serving)``, i.e. ``served / ceiling <= cores / (threads + K * o)``
+    with K the ceiling's rate and o the serving CPU per request.
+    """
+    hi = max((r["spec"]["concurrency"] for r in rows if r["spec"]["model"] == BATCH_ON), default=0)
+    on = _find(rows, BATCH_ON, hi)
+    if not on or not cores or on["mean_exec_batch"] is None:
+        return []
+    point = next(
+        (p for p in ceiling if int(p["batch_size"]) == max(1, round(on["mean_exec_batch"]))), None
+    )
+    server, client, rate = on["server_cpu_cores"], on["client_cpu_cores"], on["req_per_s"]
+    if point is None or server is None or client is None or rate <= 0:
+        return []
+    k, threads = float(point["samples_per_s"]), int(point["threads"])
+    model_ms = threads / k * 1e3
+    serving_ms = (server + client) / rate * 1e3 - model_ms
+    bound = cores / (threads + k * serving_ms / 1e3)
+    needed_ms = (cores / 0.8 - threads) / k * 1e3
+    return [
+        f"At c={hi} with batching, server and client used {server + client:.2f} of "
+        f"{cores} cores for {rate:.1f} req/s: {(server + client) / rate * 1e3:.3f} ms of CPU "
+        f"per request. The model itself needs {model_ms:.3f} ms per sample (the ceiling's "
+        f"{threads} threads at {k:.1f} samples/s), which leaves {serving_ms:.3f} ms per request "
+        f"of serving (gRPC in both processes, decoding, batching, hand-offs; client "
+        f"{client / rate * 1e3:.3f} ms). With model and serving sharing {cores} cores, "
+        f"served / ceiling cannot exceed {cores} / ({threads} + {k:.0f} x {serving_ms / 1e3:.5f})"
+        f" = {bound:.2f} (measured {rate / k:.2f}); reaching 0.80 would need serving at "
+        f"{needed_ms:.3f} ms per request or less, or a model that needs more CPU per sample.",
+    ]
+
+
 def _load_table(rows: Sequence[Row]) -> list[str]:
     lines = [
         "| model | c | req/s | infer/s | p50 ms | p90 ms | p99 ms | errors | mean exec batch "
@@ -161,6 +208,9 @@ def markdown(
     for r in ratios:
         met = "n/a" if r.met is None else ("yes" if r.met else "**no**")
         out.append(f"| ({r.key}) | {r.title} | {_fmt(r.value)} | {r.target} | {met} | {r.detail} |")
+    budget = cpu_budget(rows, ceiling, machine.get("nproc"))
+    if budget:
+        out += ["", "### Where the CPU goes (ratio b)", "", *budget]
     label = settings.get("MLP", "3 x 1024 FP32")
     out += ["", f"## MLP {label}, batch 1 per request: batching off vs on", ""]
     out += _load_table(sorted(mlp, key=lambda r: (r["spec"]["concurrency"], r["spec"]["model"])))
