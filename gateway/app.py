@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import orjson
 
+from inference import grpc_service_pb2 as pb
+
 from .access import Access
 from .compression import decompress
 from .config import GatewayConfig, GrpcTls
@@ -113,7 +115,7 @@ class GatewayApp:
                 self.config.grpc_target, _credentials(tls), options=CHANNEL_OPTIONS
             )
         self._channel.get_state(try_to_connect=True)
-        self._handlers = Handlers(self._channel, self.config.grpc_target)
+        self._handlers = Handlers(self._channel, self.config.grpc_target, self._follow_traces)
         self.tracing.start()
 
     async def shutdown(self) -> None:
@@ -122,7 +124,7 @@ class GatewayApp:
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = None
-        if self.tracing.active:
+        if self.tracing.started:  # on now or earlier (a TraceSetting may have turned it off)
             left = self.config.exit_timeout_secs
             if self._stop_by is not None:
                 left = self._stop_by - time.monotonic()
@@ -246,6 +248,20 @@ class GatewayApp:
         except Exception:  # pragma: no cover - the SDK does not raise on valid input
             log.exception("could not open a span for %s %s", request.method, binding.template)
             return None
+
+    def _follow_traces(
+        self, request: pb.TraceSettingRequest, response: pb.TraceSettingResponse
+    ) -> None:
+        """A TraceSetting call made through the gateway succeeded: its answer governs the
+        gateway's spans too (a failure here is logged; the caller still gets the answer)."""
+        try:
+            self.tracing.follow(
+                request.model_name,
+                {key: list(value.value) for key, value in request.settings.items()},
+                {key: list(value.value) for key, value in response.settings.items()},
+            )
+        except Exception:  # pragma: no cover - follow() reads the answer defensively
+            log.exception("could not apply the trace settings the service returned")
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
         limit = self.config.max_body_bytes

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import orjson
@@ -32,7 +32,17 @@ from .v2_json import InferCall, decode_infer, encode_infer, load_json
 if TYPE_CHECKING:
     from .spans import RequestSpan
 
-__all__ = ["Handlers", "HttpRequest", "HttpResponse", "error_response", "json_response"]
+__all__ = [
+    "Handlers",
+    "HttpRequest",
+    "HttpResponse",
+    "TraceSettingHook",
+    "error_response",
+    "json_response",
+]
+
+#: Called with (request, answer) after each successful TraceSetting call.
+TraceSettingHook = Callable[[pb.TraceSettingRequest, pb.TraceSettingResponse], None]
 
 JSON = (b"content-type", b"application/json")
 EVENT_STREAM = (b"content-type", b"text/event-stream; charset=utf-8")
@@ -77,9 +87,15 @@ def error_response(error: GatewayError) -> HttpResponse:
 class Handlers:
     """The request translators, bound to one stub of the service."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        target: str,
+        on_trace_setting: TraceSettingHook | None = None,
+    ) -> None:
         self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
         self._target = target
+        self._on_trace_setting = on_trace_setting
 
     async def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
@@ -93,6 +109,9 @@ class Handlers:
             body = load_json(request.body, "the request body")
         message = build_request(route, binding, params, body)
         response = await self._call(route.rpc, message, request.metadata)
+        if route.rpc == "TraceSetting" and self._on_trace_setting is not None:
+            # Only after the call succeeded: a rejected change changes nothing here either.
+            self._on_trace_setting(cast(pb.TraceSettingRequest, message), response)
         if route.codec == hr.HTTP_CODEC_STATUS:
             return self._status(route, response)
         if not route.output_type.fields:

@@ -1,15 +1,24 @@
-"""The gateway's own OpenTelemetry spans: sampling, and the tracer provider with its exporter.
+"""The gateway's own OpenTelemetry spans: settings (from ``--trace-config``, then followed
+from the service's TraceSetting answers), sampling, and the tracer provider with its
+exporter.
 
 ``active`` is a plain attribute the app reads before anything else: with tracing off an
 inference request pays that one check and its trace headers are forwarded unchanged.
 Nothing here imports OpenTelemetry at module level; the SDK, the exporter and
-``gateway/spans.py`` are imported by ``start()``, only when tracing is on.
+``gateway/spans.py`` are imported by ``start()``, only once tracing is on.
+
+Settings mirror the service's (``service/telemetry/tracing.py``; copied, not imported):
+a global level / rate / count, and per-model overrides that inherit what they leave
+unset from the global ones. ``follow()`` applies what a TraceSetting call made through
+the gateway answered, so a REST change governs the gateway's spans as well as the
+service's (Triton is one process). Exporter, URL and resource stay the gateway's flags.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -34,6 +43,28 @@ GATEWAY_NAME = "triton-compatible-gateway"
 #: requests get a span, as only inferences get one in the service.
 TRACED_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
 
+#: The TraceSetting keys that decide the gateway's spans (the others are the service's:
+#: its exporter and URL, trace mode).
+_FOLLOWED = ("trace_level", "trace_rate", "trace_count")
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """The global sampling settings."""
+
+    level: str
+    rate: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """Sampling settings; in a per-model override None inherits the global value."""
+
+    level: str | None = None
+    rate: int | None = None
+    count: int | None = None
+
 
 def make_exporter(config: TraceConfig) -> SpanExporter:
     """The exporter ``--trace-config opentelemetry,exporter=...`` names (imported lazily)."""
@@ -56,17 +87,24 @@ class Tracing:
     """Whether, and under which parent, a request gets a gateway span.
 
     Sampling follows the service's rule: a caller's sampled ``traceparent`` is always
-    followed; otherwise 1 request in ``rate``, while ``count`` (unless -1) lasts.
+    followed; otherwise 1 request in ``rate``, while ``count`` (unless -1) lasts; a model
+    with its own settings has its own rate counter (and its own count, if it sets one).
     """
 
     def __init__(self, config: TraceConfig, processor: SpanProcessor | None = None) -> None:
         self.config = config
         self.active = config.on
+        self._global = _Settings(config.level, config.rate, config.count)
+        self._models: dict[str, _Scope] = {}
+        self._counters: dict[str, int] = {}  # requests seen per sampling scope ("": global)
         self._processor = processor  # tests inject one; otherwise built from the config
         self._provider: TracerProvider | None = None
         self._spans: SpanFactory | None = None
-        self._seen = 0
-        self._left = config.count
+
+    @property
+    def started(self) -> bool:
+        """Whether the provider was built (it then has spans to flush at exit)."""
+        return self._provider is not None
 
     def start(self) -> None:
         """Build the provider and exporter (once; nothing while tracing is off)."""
@@ -92,7 +130,85 @@ class Tracing:
         where = "injected" if self._processor else self.config.exporter
         if not self._processor and self.config.exporter != "console":
             where += f" to {self.config.url}"
-        log.info("tracing on: exporter %s, 1 request in %d", where, self.config.rate)
+        log.info("tracing on: exporter %s, 1 request in %d", where, self._global.rate)
+
+    # --- settings (followed from TraceSetting) -------------------------------------------
+
+    def settings(self, model: str = "") -> tuple[str, int, int]:
+        """The (level, rate, count) in effect for ``model`` (or globally)."""
+        base = self._global
+        scope = self._models.get(model) if model else None
+        if scope is None:
+            return base.level, base.rate, base.count
+        return (
+            base.level if scope.level is None else scope.level,
+            base.rate if scope.rate is None else scope.rate,
+            base.count if scope.count is None else scope.count,
+        )
+
+    def follow(
+        self,
+        model: str,
+        requested: Mapping[str, Sequence[str]],
+        returned: Mapping[str, Sequence[str]],
+    ) -> None:
+        """Apply a successful TraceSetting answer (``returned``: the settings in effect
+        after the call) for ``model`` or, when empty, globally.
+
+        Globally the answer is taken as it is (a cleared setting comes back as the
+        service's start-up value). For a model the answer gives the *effective* values,
+        so the override is kept as the service keeps it: a setting the call cleared (empty
+        list) inherits the global value again, one it set takes the answer, and one it did
+        not name updates only an override the gateway already holds (a GET: a count the
+        service spent), never becomes one.
+        """
+        values = _parse(returned)
+        before = (self._global, dict(self._models))
+        if not model:
+            self._global = replace(self._global, **values)  # type: ignore[arg-type]
+        else:
+            old = self._models.get(model, _Scope())
+            fields: dict[str, str | int | None] = {}
+            for key in _FOLLOWED:
+                name = key.removeprefix("trace_")
+                if key in requested and not requested[key]:
+                    fields[name] = None
+                elif name in values and (key in requested or getattr(old, name) is not None):
+                    fields[name] = values[name]
+            scope = replace(old, **fields)  # type: ignore[arg-type]
+            if scope == _Scope():
+                self._models.pop(model, None)  # nothing of its own: the global settings
+            else:
+                self._models[model] = scope
+        # As the service does on each TraceSetting call: this scope's rate counter restarts.
+        self._counters.pop(model, None)
+        if (self._global, self._models) != before:
+            level, rate, count = self.settings(model)
+            log.info(
+                "trace settings from the service (%s): level %s, 1 request in %d, count %d",
+                f"model {model!r}" if model else "global",
+                level,
+                rate,
+                count,
+            )
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """``active`` when some scope traces; the provider is built the first time, with
+        the gateway's own exporter flags (their defaults if none were given)."""
+        self.active = False
+        for model in ("", *self._models):
+            level, _, count = self.settings(model)
+            self.active = self.active or _on(level, count)
+        if not self.active or self._provider is not None:
+            return
+        try:
+            self.start()
+        except Exception:  # e.g. an exporter package missing: spans stay off, not requests
+            log.exception("could not start the gateway's tracing; its spans stay off")
+            self.active = False
+
+    # --- sampling ------------------------------------------------------------------------
 
     def begin(
         self,
@@ -107,26 +223,69 @@ class Tracing:
         if self._spans is None:
             return None
         parent = self._spans.extract(headers)
-        if not self.sample(parent is not None and self._spans.sampled(parent)):
+        sampled = parent is not None and self._spans.sampled(parent)
+        if not self.sample(sampled, params.get("model_name", "")):
             return None
         return self._spans.begin(method, raw_path, binding, params, parent)
 
-    def sample(self, parent_sampled: bool) -> bool:
+    def sample(self, parent_sampled: bool, model: str = "") -> bool:
         """Trace this request? (Counts it against ``rate`` and ``count``.)"""
-        if self._left == 0:
+        level, rate, count = self.settings(model)
+        if not _on(level, count):
             return False
+        scope = model if model in self._models else ""
         if not parent_sampled:
-            seen, self._seen = self._seen, self._seen + 1
-            if seen % self.config.rate:
+            seen = self._counters.get(scope, 0)
+            self._counters[scope] = seen + 1
+            if seen % rate:
                 return False
-        if self._left > 0:
-            self._left -= 1
+        if count > 0:
+            self._spend(model, count - 1)
         return True
+
+    def _spend(self, model: str, left: int) -> None:
+        scope = self._models.get(model)
+        if scope is not None and scope.count is not None:
+            self._models[model] = replace(scope, count=left)
+        else:
+            self._global = replace(self._global, count=left)
 
     def shutdown(self) -> None:
         """Flush and stop the exporter (blocking: call it off the event loop)."""
         if self._provider is not None:
             self._provider.shutdown()
+
+
+def _on(level: str, count: int) -> bool:
+    return level != "OFF" and count != 0
+
+
+def _parse(returned: Mapping[str, Sequence[str]]) -> dict[str, str | int]:
+    """level / rate / count from a TraceSetting answer; a value the gateway cannot read
+    is left out (and logged) rather than guessed."""
+    values: dict[str, str | int] = {}
+    for key in _FOLLOWED:
+        given = list(returned.get(key, ()))
+        if not given:
+            continue
+        name = key.removeprefix("trace_")
+        if name == "level":
+            if given == ["OFF"]:
+                values[name] = "OFF"
+            elif "TIMESTAMPS" in given:
+                values[name] = "TIMESTAMPS"
+            else:
+                log.warning("ignoring trace_level %s from the service", given)
+            continue
+        try:
+            number = int(given[0])
+        except ValueError:
+            number = -2
+        if number < (1 if name == "rate" else -1):
+            log.warning("ignoring %s %s from the service", key, given)
+            continue
+        values[name] = number
+    return values
 
 
 def _version() -> str:

@@ -5,7 +5,8 @@ Proves: the gateway's SERVER span takes the caller's ``traceparent`` as its pare
 service's request span is a child of the gateway's span (the gateway propagates its own
 context, not the caller's); the translation children sit under the gateway span; a
 failure (404 unknown model) is an ERROR span with the message; spans are flushed when
-both processes stop on SIGTERM.
+both processes stop on SIGTERM; REST TraceSetting calls through the gateway (global and
+per model) turn the gateway's spans on and off along with the service's.
 """
 
 from __future__ import annotations
@@ -173,3 +174,76 @@ def test_unreachable_collector_delays_neither_requests_nor_exit() -> None:
         assert "trace exporter did not flush within" in gw.log
     finally:
         gw.kill()
+
+
+def test_trace_setting_through_the_gateway_governs_both_processes() -> None:
+    """Both start with tracing off (only the collector's URL given); every change is made
+    with REST TraceSetting calls through the gateway, as in one-process Triton."""
+    ids = {
+        name: f"{index + 1:x}" * 32
+        for index, name in enumerate(["on", "off", "model", "other", "cleared", "rejected"])
+    }
+    with OtlpCollector() as collector:
+        url = [f"--trace-config=opentelemetry,url={collector.url}"]
+        service = ServerProcess(extra_args=url).start()
+        try:
+            with running_gateway(service.url, url) as gw:
+
+                def setting(path: str, settings: dict[str, object]) -> dict[str, object]:
+                    reply = http_request(gw.url, "POST", path, settings)
+                    assert reply.status == 200, reply
+                    return dict(reply.json())
+
+                def infer(name: str) -> None:
+                    reply = http_request(
+                        gw.url, "POST", "/v2/models/add_sub/infer", ADD_SUB, _traceparent(ids[name])
+                    )
+                    assert reply.status == 200, reply
+
+                on = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+                assert setting("/v2/trace/setting", on)["trace_level"] == ["TIMESTAMPS"]
+                infer("on")
+                assert setting("/v2/trace/setting", {"trace_level": ["OFF"]})["trace_rate"] == "1"
+                infer("off")
+                model = "/v2/models/add_sub/trace/setting"
+                assert setting(model, {"trace_level": ["TIMESTAMPS"]})["trace_level"] == [
+                    "TIMESTAMPS"
+                ]
+                infer("model")
+                other = http_request(
+                    gw.url,
+                    "POST",
+                    "/v2/models/text_upper/generate_stream",
+                    {"TEXT": ["ab"]},
+                    _traceparent(ids["other"]),
+                )
+                assert other.status == 200, other
+                assert setting(model, {"trace_level": None})["trace_level"] == ["OFF"]
+                infer("cleared")
+                # A value the service rejects changes neither process.
+                bad = http_request(gw.url, "POST", "/v2/trace/setting", {**on, "trace_rate": "0"})
+                assert bad.status == 400, bad
+                infer("rejected")
+            assert "tracing on: exporter otlp-http" in gw.log
+            assert "trace settings from the service (model 'add_sub')" in gw.log
+        finally:
+            code = service.stop()
+        assert code == 0, service.log
+        spans = collector.received()  # both processes flushed at exit
+
+    def names(service_name: str, name: str) -> set[str]:
+        return {s.name for s in spans if s.service == service_name and s.trace_id == ids[name]}
+
+    for name in ("on", "model"):  # traced by both, the service's span under the gateway's
+        gateway = [s for s in spans if s.service == GATEWAY and s.trace_id == ids[name]]
+        (server,) = [s for s in gateway if s.kind == KIND_SERVER]
+        assert server.attributes["triton.model_name"] == "add_sub"
+        assert {s.name for s in gateway} == {server.name, "translate_request", "translate_response"}
+        (infer_span,) = [
+            s
+            for s in spans
+            if s.service == SERVICE and s.trace_id == ids[name] and s.name == "ModelInfer"
+        ]
+        assert infer_span.parent_id == server.span_id
+    for name in ("off", "other", "cleared", "rejected"):
+        assert names(GATEWAY, name) == set() and names(SERVICE, name) == set(), name

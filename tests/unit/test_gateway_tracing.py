@@ -3,7 +3,9 @@ records each call's metadata, spans captured by the SDK's in-memory exporter.
 
 Checks the span tree (SERVER span under the caller's traceparent, translation children),
 that the service is handed the gateway span's context, error spans, streams, sampling,
-the off path (headers forwarded unchanged, no SDK provider), and the flags.
+the off path (headers forwarded unchanged, no SDK provider), the flags, and that the
+gateway follows TraceSetting calls made through it (global and per model, GET and POST;
+the fake servicer answers them with the service's own ``Tracing``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from gateway.config import parse_trace_config as gateway_parse
 from gateway.tracing import Tracing, make_exporter
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from service.errors import ServerError
 from service.telemetry.settings import TRACE_EXPORTERS as SERVICE_EXPORTERS
+from service.telemetry.settings import TraceSettings
 from service.telemetry.settings import parse_trace_config as service_parse
+from service.telemetry.tracing import Tracing as ServiceTracing
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -42,10 +47,29 @@ INFER = json.dumps(
 
 
 class RecordingService(pb_grpc.GRPCInferenceServiceServicer):
-    """Records (rpc, metadata) of each call; model ``missing`` is NOT_FOUND."""
+    """Records (rpc, metadata) of each call; model ``missing`` is NOT_FOUND (infer) or
+    INVALID_ARGUMENT (TraceSetting, as the service answers for an unknown model)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, str]]] = []
+        # The service's own settings logic (its spans go nowhere: nothing is traced here).
+        self.trace = ServiceTracing(TraceSettings(), SimpleSpanProcessor(InMemorySpanExporter()))
+
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Any
+    ) -> pb.TraceSettingResponse:
+        self._record("TraceSetting", context)
+        if request.model_name == "missing":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown model : missing")
+        changes = {name: list(value.value) for name, value in request.settings.items()}
+        try:
+            settings = self.trace.update(changes, request.model_name)
+        except ServerError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        response = pb.TraceSettingResponse()
+        for name, values in settings.items():
+            response.settings[name].value.extend(values)
+        return response
 
     def _record(self, rpc: str, context: Any) -> None:
         self.calls.append((rpc, {k: str(v) for k, v in context.invocation_metadata()}))
@@ -352,3 +376,165 @@ def test_trace_flags() -> None:
     ).trace
     assert (config.level, config.rate, config.count, config.on) == ("TIMESTAMPS", 1, 0, False)
     assert parse_args(["--trace-config=level=TIMESTAMPS"]).trace.on
+
+
+# --- following TraceSetting calls made through the gateway ---------------------------------
+
+
+@pytest.fixture
+async def off_rig() -> AsyncIterator[Rig]:
+    """A gateway started with tracing off (no --trace-config)."""
+    rig, server = await _rig(TraceConfig())
+    try:
+        yield rig
+    finally:
+        await rig.app.shutdown()
+        await server.stop(None)
+
+
+async def _set(rig: Rig, path: str, settings: dict[str, Any]) -> tuple[int, Any]:
+    status, _, body = await call(rig.app, "POST", path, json.dumps(settings).encode())
+    return status, json.loads(body)
+
+
+async def _traced(rig: Rig, model: str, times: int = 1) -> int:
+    """How many of ``times`` infer requests on ``model`` got a gateway span."""
+    before = len(rig.server_spans())
+    for _ in range(times):
+        status, _, body = await call(rig.app, "POST", f"/v2/models/{model}/infer", INFER)
+        assert status == 200, body
+    return len(rig.server_spans()) - before
+
+
+async def test_global_trace_setting_turns_gateway_spans_on_then_off(off_rig: Rig) -> None:
+    tracing = off_rig.app.tracing
+    assert not tracing.active and not tracing.started
+    assert await _traced(off_rig, "m") == 0
+    status, body = await _set(
+        off_rig, "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+    )
+    assert status == 200, body
+    assert (body["trace_level"], body["trace_rate"]) == (["TIMESTAMPS"], "1")
+    assert tracing.active and tracing.started  # built lazily, with the injected processor
+    assert await _traced(off_rig, "m", 3) == 3
+    (server,) = off_rig.server_spans()[-1:]
+    sent = off_rig.service.calls[-1][1]["traceparent"]
+    assert sent.split("-")[2] == _hex(server.context.span_id, 16)  # the service's parent
+
+    status, body = await _set(off_rig, "/v2/trace/setting", {"trace_level": ["OFF"]})
+    assert status == 200 and body["trace_level"] == ["OFF"], body
+    assert not tracing.active  # the off path is one attribute check again
+    assert await _traced(off_rig, "m", 3) == 0
+    # Untraced again: the caller's headers reach the service unchanged.
+    assert (await call(off_rig.app, "POST", "/v2/models/m/infer", INFER, SAMPLED))[0] == 200
+    assert off_rig.service.calls[-1][1]["traceparent"] == SAMPLED["traceparent"]
+    assert len(off_rig.server_spans()) == 3
+
+
+async def test_trace_count_and_rate_from_the_service(off_rig: Rig) -> None:
+    settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "2", "trace_count": "2"}
+    assert (await _set(off_rig, "/v2/trace/setting", settings))[0] == 200
+    assert off_rig.app.tracing.settings() == ("TIMESTAMPS", 2, 2)
+    assert await _traced(off_rig, "m", 2) == 1  # 1 in 2
+    assert await _traced(off_rig, "m", 6) == 1  # then the count (2) is spent
+    assert off_rig.app.tracing.settings() == ("TIMESTAMPS", 2, 0)
+
+
+async def test_get_applies_what_the_service_reports(off_rig: Rig) -> None:
+    """Settings changed on the service some other way (a gRPC client) are taken up when
+    read through the gateway."""
+    off_rig.service.trace.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["1"]})
+    assert not off_rig.app.tracing.active
+    status, _, body = await call(off_rig.app, "GET", "/v2/trace/setting")
+    assert status == 200 and json.loads(body)["trace_level"] == ["TIMESTAMPS"], body
+    assert off_rig.app.tracing.active
+    assert await _traced(off_rig, "m", 2) == 2
+
+
+async def test_model_trace_setting_traces_that_model_only(off_rig: Rig) -> None:
+    tracing = off_rig.app.tracing
+    path = "/v2/models/a/trace/setting"
+    status, body = await _set(off_rig, path, {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    assert status == 200 and body["trace_level"] == ["TIMESTAMPS"], body
+    assert tracing.active
+    assert await _traced(off_rig, "a", 2) == 2
+    assert await _traced(off_rig, "b", 2) == 0  # global stays OFF
+    (span,) = off_rig.server_spans()[-1:]
+    assert (span.attributes or {})["triton.model_name"] == "a"
+    # Reading the model's settings changes nothing.
+    status, _, body_bytes = await call(off_rig.app, "GET", path)
+    assert status == 200 and json.loads(body_bytes)["trace_rate"] == "1"
+    assert await _traced(off_rig, "a") == 1
+
+    # Cleared (JSON null: an empty list): model a inherits the global settings (OFF).
+    status, body = await _set(off_rig, path, {"trace_level": None, "trace_rate": None})
+    assert status == 200 and body["trace_level"] == ["OFF"], body
+    assert not tracing.active
+    assert tracing.settings("a") == tracing.settings()
+    assert await _traced(off_rig, "a", 2) == 0
+
+
+async def test_model_override_inherits_unset_values_from_global(off_rig: Rig) -> None:
+    tracing = off_rig.app.tracing
+    both = {"trace_level": ["TIMESTAMPS"], "trace_rate": "2"}
+    assert (await _set(off_rig, "/v2/trace/setting", both))[0] == 200
+    # Model a sets only its rate: its level is the global one.
+    assert (await _set(off_rig, "/v2/models/a/trace/setting", {"trace_rate": "1"}))[0] == 200
+    assert tracing.settings("a") == ("TIMESTAMPS", 1, -1)
+    assert await _traced(off_rig, "a", 4) == 4
+    assert await _traced(off_rig, "b", 4) == 2
+    # A later global change reaches model a where it has no value of its own.
+    assert (await _set(off_rig, "/v2/trace/setting", {"trace_level": ["OFF"]}))[0] == 200
+    assert tracing.settings("a") == ("OFF", 1, -1)
+    assert not tracing.active
+    assert await _traced(off_rig, "a", 2) == 0
+    # Model a turns itself back on, then drops its rate: the global 1 in 2 again.
+    on = {"trace_level": ["TIMESTAMPS"]}
+    assert (await _set(off_rig, "/v2/models/a/trace/setting", on))[0] == 200
+    assert await _traced(off_rig, "a", 2) == 2
+    assert (await _set(off_rig, "/v2/models/a/trace/setting", {"trace_rate": None}))[0] == 200
+    assert tracing.settings("a") == ("TIMESTAMPS", 2, -1)
+    assert await _traced(off_rig, "a", 4) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "settings"),
+    [
+        ("/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "0"}),
+        ("/v2/trace/setting", {"trace_level": ["TIMESTAMPS", "OFF"]}),
+        ("/v2/models/a/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_count": "x"}),
+        ("/v2/models/missing/trace/setting", {"trace_level": ["TIMESTAMPS"]}),
+    ],
+)
+async def test_rejected_trace_setting_changes_nothing(
+    off_rig: Rig, path: str, settings: dict[str, Any]
+) -> None:
+    tracing = off_rig.app.tracing
+    status, body = await _set(off_rig, path, settings)
+    assert status == 400, body
+    assert not tracing.active and not tracing.started
+    assert tracing.settings() == ("OFF", 1000, -1)
+    assert tracing.settings("a") == tracing.settings()
+    assert await _traced(off_rig, "a", 2) == 0
+
+
+async def test_rejected_trace_setting_leaves_tracing_on(rig: Rig) -> None:
+    status, body = await _set(
+        rig, "/v2/trace/setting", {"trace_level": ["OFF"], "trace_rate": "-1"}
+    )
+    assert status == 400, body
+    assert rig.app.tracing.settings() == ("TIMESTAMPS", 1, -1)
+    assert await _traced(rig, "m", 2) == 2
+
+
+def test_lazy_start_uses_the_gateways_exporter_flags() -> None:
+    """Turned on by TraceSetting, a gateway started without tracing exports with its own
+    (default) exporter flags; the service's url / exporter in the answer are not taken."""
+    tracing = Tracing(TraceConfig(exporter="console"))
+    tracing.follow("", {}, {"trace_level": ["TIMESTAMPS"], "url": ["http://elsewhere:1/x"]})
+    try:
+        assert tracing.active and tracing.started
+        assert tracing.config.exporter == "console"
+        assert tracing.settings() == ("TIMESTAMPS", 1000, -1)
+    finally:
+        tracing.shutdown()
