@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from inference import model_config_pb2 as mc
@@ -12,9 +13,17 @@ from inference import model_config_pb2 as mc
 from ... import datatypes
 from ...repository.completion import ModelSignature
 from ...types import TensorSpec
-from ..base import InstanceSpec
+from ..base import InstanceSpec, RequestInstance
 
-__all__ = ["Streams", "config_signature", "instance_index", "parameter", "require_decoupled"]
+__all__ = [
+    "StreamingBackend",
+    "StreamingInstance",
+    "Streams",
+    "config_signature",
+    "instance_index",
+    "parameter",
+    "require_decoupled",
+]
 
 T = TypeVar("T")
 
@@ -100,3 +109,43 @@ class Streams:
             threads = list(self._threads)
         for thread in threads:
             thread.join()
+
+
+class StreamingInstance:
+    """An instance of a decoupled built-in model: its tensors are the ones its config
+    declares, and it answers from its own threads (``Streams``), joined at ``close``."""
+
+    def __init__(self, config: mc.ModelConfig, spec: InstanceSpec, backend: str) -> None:
+        self.spec = spec
+        self._config = config
+        self._streams = Streams(f"{backend}-{spec.name}")
+
+    def signature(self) -> ModelSignature:
+        return config_signature(self._config)
+
+    def close(self) -> None:
+        self._streams.close()
+
+
+class StreamingBackend:
+    """Opens a decoupled built-in model once its config is decoupled and fits ``validate``;
+    a misfit is refused with the backend and the model named."""
+
+    name: str
+
+    @staticmethod
+    def validate(config: mc.ModelConfig) -> None:
+        """Raise ValueError with the reason when the config does not fit the backend."""
+
+    def instance(self, config: mc.ModelConfig, spec: InstanceSpec) -> RequestInstance:
+        raise NotImplementedError
+
+    def open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> RequestInstance:
+        try:
+            require_decoupled(config, self.name)
+            self.validate(config)
+        except ValueError as exc:
+            raise ValueError(f"{self.name} model '{config.name}': {exc}") from exc
+        return self.instance(config, spec)

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ...repository.completion import ModelSignature
 from ..base import Array, BackendRequest, InstanceSpec, ResponseSender
-from .common import Streams, config_signature, require_decoupled
+from .common import StreamingBackend, StreamingInstance
 
 __all__ = ["RepeatBackend", "RepeatInstance"]
 
@@ -59,29 +57,15 @@ def validate(config: mc.ModelConfig) -> None:
             raise ValueError(f"expected {name} shape to be [1], got {shapes[name]}")
 
 
-class RepeatBackend:
+class RepeatBackend(StreamingBackend):
     name = "repeat"
+    validate = staticmethod(validate)
 
-    def open(
-        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
-    ) -> RepeatInstance:
-        try:
-            require_decoupled(config, "repeat")
-            validate(config)
-        except ValueError as exc:
-            raise ValueError(f"repeat model '{config.name}': {exc}") from exc
-        return RepeatInstance(config, spec)
+    def instance(self, config: mc.ModelConfig, spec: InstanceSpec) -> RepeatInstance:
+        return RepeatInstance(config, spec, self.name)
 
 
-class RepeatInstance:
-    def __init__(self, config: mc.ModelConfig, spec: InstanceSpec) -> None:
-        self.spec = spec
-        self._config = config
-        self._streams = Streams(f"repeat-{spec.name}")
-
-    def signature(self) -> ModelSignature:
-        return config_signature(self._config)
-
+class RepeatInstance(StreamingInstance):
     def execute_requests(
         self, requests: Sequence[BackendRequest], senders: Sequence[ResponseSender]
     ) -> None:
@@ -119,6 +103,3 @@ class RepeatInstance:
             }
             sender.send({k: v for k, v in outputs.items() if not wanted or k in wanted})
         sender.send(final=True)
-
-    def close(self) -> None:
-        self._streams.close()

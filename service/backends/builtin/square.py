@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ...repository.completion import ModelSignature
 from ..base import Array, BackendRequest, InstanceSpec, ResponseSender
-from .common import Streams, config_signature, require_decoupled
+from .common import StreamingBackend, StreamingInstance
 
 __all__ = ["SquareBackend", "SquareInstance"]
 
@@ -33,29 +31,15 @@ def validate(config: mc.ModelConfig) -> None:
             raise ValueError(f"expected {name} shape to be [1], got {list(tensors[0].dims)}")
 
 
-class SquareBackend:
+class SquareBackend(StreamingBackend):
     name = "square"
+    validate = staticmethod(validate)
 
-    def open(
-        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
-    ) -> SquareInstance:
-        try:
-            require_decoupled(config, "square")
-            validate(config)
-        except ValueError as exc:
-            raise ValueError(f"square model '{config.name}': {exc}") from exc
-        return SquareInstance(config, spec)
+    def instance(self, config: mc.ModelConfig, spec: InstanceSpec) -> SquareInstance:
+        return SquareInstance(config, spec, self.name)
 
 
-class SquareInstance:
-    def __init__(self, config: mc.ModelConfig, spec: InstanceSpec) -> None:
-        self.spec = spec
-        self._config = config
-        self._streams = Streams(f"square-{spec.name}")
-
-    def signature(self) -> ModelSignature:
-        return config_signature(self._config)
-
+class SquareInstance(StreamingInstance):
     def execute_requests(
         self, requests: Sequence[BackendRequest], senders: Sequence[ResponseSender]
     ) -> None:
@@ -78,6 +62,3 @@ class SquareInstance:
                 return
             sender.send({"OUT": out.copy()})
         sender.send(final=True)
-
-    def close(self) -> None:
-        self._streams.close()
