@@ -95,10 +95,7 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()
-        model.state = ModelState.UNAVAILABLE
-        model.reason = str(exc)
-        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
-        return model
+        return _unavailable(model, exc)
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     pool = InstancePool([InstanceWorker(instance) for instance in instances])
@@ -108,12 +105,17 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
         model.scheduler = create_scheduler(config, pool, model.stats, declared, path.parent)
     except ValueError as exc:
         pool.close()
-        model.state = ModelState.UNAVAILABLE
-        model.reason = str(exc)
-        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
-        return model
+        return _unavailable(model, exc)
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
+    return model
+
+
+def _unavailable(model: ModelVersion, exc: Exception) -> ModelVersion:
+    """Every load failure becomes the version's UNAVAILABLE reason, logged once."""
+    model.state = ModelState.UNAVAILABLE
+    model.reason = str(exc)
+    log.error("failed to load '%s' version %d: %s", model.name, model.version, exc)
     return model
 
 
@@ -127,10 +129,7 @@ def load_ensemble(
     try:
         tensor_types = validate_ensemble(config, lookup)
     except ValueError as exc:
-        model.state = ModelState.UNAVAILABLE
-        model.reason = str(exc)
-        log.error("failed to load '%s' version %d: %s", config.name, version, exc)
-        return model
+        return _unavailable(model, exc)
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     model.scheduler = EnsembleScheduler(config, runner, model.stats, tensor_types)
