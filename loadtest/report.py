@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "PLOT_NAME",
     "Ratio",
+    "ceiling_size",
     "compute_ratios",
     "cpu_budget",
     "markdown",
@@ -52,6 +53,11 @@ def _find(rows: Sequence[Row], model: str, concurrency: int) -> Row | None:
         ),
         None,
     )
+
+
+def ceiling_size(mean_batch: float) -> int:
+    """The ceiling's batch size that stands for a mean executed batch size."""
+    return max(1, round(mean_batch))
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -91,7 +97,7 @@ def compute_ratios(
         )
         b_val, b_detail = None, f"mean executed batch size unknown ({on_hi['stats_note']}); {refs}"
     else:
-        size = max(1, round(mean_batch))
+        size = ceiling_size(mean_batch)
         b_val = on_hi["infer_per_s"] / by_batch[size] if size in by_batch else None
         b_detail = (
             f"{on_hi['infer_per_s']:.1f} infer/s served vs {by_batch.get(size, float('nan')):.1f} "
@@ -140,9 +146,8 @@ def cpu_budget(
     on = _find(rows, BATCH_ON, hi)
     if not on or not cores or on["mean_exec_batch"] is None:
         return []
-    point = next(
-        (p for p in ceiling if int(p["batch_size"]) == max(1, round(on["mean_exec_batch"]))), None
-    )
+    size = ceiling_size(on["mean_exec_batch"])
+    point = next((p for p in ceiling if int(p["batch_size"]) == size), None)
     server, client, rate = on["server_cpu_cores"], on["client_cpu_cores"], on["req_per_s"]
     if point is None or server is None or client is None or rate <= 0:
         return []
@@ -251,8 +256,8 @@ def _ceiling_lines(ax: Any, rows: Sequence[Row], ceiling: Sequence[dict[str, Any
         for r in rows
         if r["spec"]["model"] == BATCH_ON
     )
-    if on and all(b is not None and max(1, round(b)) in by_batch for _, b in on):
-        ys = [by_batch[max(1, round(b))] for _, b in on]
+    if on and all(b is not None and ceiling_size(b) in by_batch for _, b in on):
+        ys = [by_batch[ceiling_size(b)] for _, b in on]
         ax.plot([c for c, _ in on], ys, "k--", lw=1, label="in-process at batching-on mean batch")
         return
     for size, rate in sorted(by_batch.items()):

@@ -33,7 +33,7 @@ import numpy as np
 from ceiling import measure_ceiling
 from loadgen import CHANNEL_OPTIONS, build_request, run_load
 from loadresult import LoadSpec
-from report import PLOT_NAME, write_report
+from report import PLOT_NAME, ceiling_size, write_report
 
 from inference import grpc_service_pb2_grpc as pb_grpc
 
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         if None in observed:
             sizes = [1, 8, 32, 64]
         else:
-            sizes = sorted({max(1, round(b)) for b in observed} | {1, MAX_BATCH})
+            sizes = sorted({ceiling_size(b) for b in observed} | {1, MAX_BATCH})
         ceiling = [p.to_dict() for p in measure_ceiling(onnx_file, sizes, duration=args.ceiling_s)]
     machine["load average at end (1/5/15 min)"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     settings = {
