@@ -13,6 +13,7 @@ from .. import SERVER_NAME, __version__
 from ..cache import ResponseCache, cache_key
 from ..errors import Internal, InvalidArgument, ServerError, Unavailable
 from ..scheduling.base import ExecutionResult, Job
+from ..scheduling.inflight import InFlight
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
 from .decoupled import ENABLE_EMPTY_FINAL, FINAL_FLAG, stream_responses
@@ -71,9 +72,7 @@ class InferenceServer:
         self._strict = strict_readiness
         self._cache = cache
         self._accepting = True
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._inflight = InFlight()
 
     def stop_accepting(self) -> None:
         """From now on readiness is false and new inferences are refused (shutdown)."""
@@ -81,7 +80,7 @@ class InferenceServer:
 
     async def drain(self) -> None:
         """Return once no inference is in flight."""
-        await self._idle.wait()
+        await self._inflight.drained()
 
     def is_live(self) -> bool:
         return True
@@ -154,22 +153,17 @@ class InferenceServer:
             yield response
             return
         start = time.monotonic_ns()
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            with model.lease():
-                job = prepare_job(model, request)
-                enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
-                async for response in stream_responses(model, job, request.id, enable, record):
-                    yield response
-            model.stats.record_request_success(time.monotonic_ns() - start)
-        except ServerError as exc:
-            model.stats.record_failure(time.monotonic_ns() - start)
-            raise exc.with_request_id(request.id) from None
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
+        with self._inflight:
+            try:
+                with model.lease():
+                    job = prepare_job(model, request)
+                    enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
+                    async for response in stream_responses(model, job, request.id, enable, record):
+                        yield response
+                model.stats.record_request_success(time.monotonic_ns() - start)
+            except ServerError as exc:
+                model.stats.record_failure(time.monotonic_ns() - start)
+                raise exc.with_request_id(request.id) from None
 
     async def _infer_decoupled(self, request: InferRequest) -> InferResponse:
         """A unary call to a decoupled model works only when it sends exactly one response."""
@@ -187,20 +181,15 @@ class InferenceServer:
         model = self._lookup(request)
         if model.config.model_transaction_policy.decoupled:
             return await self._infer_decoupled(request)
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            with model.lease():
-                return await self._run(model, prepare_job(model, request), start, request.id)
-        except ServerError as exc:
-            model.stats.record_failure(time.monotonic_ns() - start)
-            if isinstance(exc, Internal):
-                model.stats.record_backend_failure()
-            raise exc.with_request_id(request.id) from None
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
+        with self._inflight:
+            try:
+                with model.lease():
+                    return await self._run(model, prepare_job(model, request), start, request.id)
+            except ServerError as exc:
+                model.stats.record_failure(time.monotonic_ns() - start)
+                if isinstance(exc, Internal):
+                    model.stats.record_backend_failure()
+                raise exc.with_request_id(request.id) from None
 
     async def _run(
         self, model: ModelVersion, job: Job, start: int, request_id: str

@@ -10,6 +10,7 @@ from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
+from .inflight import InFlight
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
@@ -22,21 +23,17 @@ class DefaultScheduler:
         self._pool = pool
         self._stats = stats
         self._clock = clock
-        self._inflight = 0
+        self._inflight = InFlight()
         self._stopping = False
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._inflight.count
 
     async def submit(self, job: Job) -> ExecutionResult:
         if self._stopping:
             raise Unavailable("model is unloading: new requests are refused")
-        self._inflight += 1
-        self._idle.clear()
-        try:
+        with self._inflight:
             job.enqueue_ns = self._clock()
             try:
                 worker = await self._pool.acquire()
@@ -49,10 +46,6 @@ class DefaultScheduler:
             if isinstance(outputs[0], ServerError):
                 raise outputs[0]
             return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
 
     def _record(
         self, job: Job, task: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
@@ -63,5 +56,5 @@ class DefaultScheduler:
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""
         self._stopping = True
-        await self._idle.wait()
+        await self._inflight.drained()
         await self._pool.aclose()

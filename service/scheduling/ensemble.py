@@ -21,6 +21,7 @@ from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from ..types import InferRequest, InferResponse, InputTensor, ParameterValue, RequestedOutput
 from .base import Array, ExecutionResult, Job
+from .inflight import InFlight
 
 __all__ = ["EnsembleScheduler", "StepRunner"]
 
@@ -43,27 +44,19 @@ class EnsembleScheduler:
         self._stats = stats
         self._datatypes = datatypes  # every ensemble tensor's datatype (validated at load)
         self._clock = clock
-        self._inflight = 0
+        self._inflight = InFlight()
         self._stopping = False
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._inflight.count
 
     async def submit(self, job: Job) -> ExecutionResult:
         if self._stopping:
             raise Unavailable(f"model '{self._config.name}' is unloading")
-        self._inflight += 1
-        self._idle.clear()
         start = self._clock()
-        try:
+        with self._inflight:
             tensors = await self._run_steps(job)
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)
@@ -137,4 +130,4 @@ class EnsembleScheduler:
 
     async def stop(self) -> None:
         self._stopping = True
-        await self._idle.wait()
+        await self._inflight.drained()
