@@ -114,8 +114,9 @@ def test_bad_binary_framing(gateway: GatewayProcess) -> None:
     body = head + b"\0" * 8
     assert _with_header(gateway, body, str(len(head))).status == 200
     for header, fragment in (
-        ("abc", "Unable to parse Inference-Header-Content-Length"),
-        ("-5", "inference header size"),
+        # Read as C's atoi, as Triton does: no digits is 0, a raw binary request.
+        ("abc", "Raw request must only have 1 input (found 1) to be deduced but got 2"),
+        ("-5", "inference header size should be in range (0, "),
         (str(len(body) + 1), "inference header size"),
         (str(len(head) - 1), "malformed JSON"),
     ):
