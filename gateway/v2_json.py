@@ -142,39 +142,50 @@ def decode_infer(
 def _decode_input(
     request: pb.ModelInferRequest, item: Any, index: int, binary: BinaryReader
 ) -> None:
-    spec = _object(item, f"inputs[{index}]", _INPUT_KEYS)
-    name = _string(spec.get("name"), f"'name' of inputs[{index}]")
-    where = f"input '{name}'"
-    datatype = _string(spec.get("datatype"), f"'datatype' of {where}")
-    if datatype not in DATATYPES:
+    # On the hot path: checks first, message strings only once something is wrong.
+    if type(item) is not dict or not item.keys() <= _INPUT_KEYS:
+        _object(item, f"inputs[{index}]", _INPUT_KEYS)
+    name = item.get("name")
+    if type(name) is not str:
+        _string(name, f"'name' of inputs[{index}]")
+    datatype = item.get("datatype")
+    if type(datatype) is not str or datatype not in DATATYPES:
+        where = f"input '{name}'"
+        _string(datatype, f"'datatype' of {where}")
         raise GatewayError(
             400, f"{where}: unknown datatype {datatype!r}; expected one of {list(DATATYPES)}"
         )
-    shape = spec.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise GatewayError(400, f"Unable to parse 'shape' of {where}: expected non-negative ints")
+    shape = item.get("shape")
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        raise GatewayError(
+            400, f"Unable to parse 'shape' of input '{name}': expected non-negative ints"
+        )
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
-    params = _parameters(spec.get("parameters", {}), where)
-    sources: list[str] = [k for k in ("binary_data_size", "shared_memory_region") if k in params]
-    if "data" in spec:
-        sources.insert(0, "data")
-    if len(sources) != 1:
+    params = item.get("parameters")
+    if params is None:
+        params = {}
+    elif type(params) is not dict:
+        _parameters(params, f"input '{name}'")
+    has_data = "data" in item
+    size = params.get("binary_data_size")
+    if has_data + (size is not None) + ("shared_memory_region" in params) != 1:
+        sources = [k for k in ("binary_data_size", "shared_memory_region") if k in params]
+        if has_data:
+            sources.insert(0, "data")
         raise GatewayError(
             400,
-            f"{where} must set exactly one of 'data', 'binary_data_size' or "
+            f"input '{name}' must set exactly one of 'data', 'binary_data_size' or "
             f"'shared_memory_region' in 'parameters'; it sets {sources or 'none'}",
         )
     for key, value in params.items():
         if key != "binary_data_size":
-            set_parameter(tensor.parameters[key], value, f"parameter '{key}' of {where}")
-    if sources[0] == "data":
-        request.raw_input_contents.append(json_to_raw(spec["data"], datatype, shape, where))
-    elif sources[0] == "binary_data_size":
-        size = params["binary_data_size"]
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise GatewayError(400, f"Unable to parse 'binary_data_size' of {where}")
+            set_parameter(tensor.parameters[key], value, f"parameter '{key}' of input '{name}'")
+    if has_data:
+        where = f"input '{name}'"
+        request.raw_input_contents.append(json_to_raw(item["data"], datatype, shape, where))
+    elif size is not None:
+        if type(size) is not int or size < 0:
+            raise GatewayError(400, f"Unable to parse 'binary_data_size' of input '{name}'")
         request.raw_input_contents.append(binary.take(size, name))
     else:
         request.raw_input_contents.append(b"")  # the service resolves the region
