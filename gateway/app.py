@@ -12,17 +12,17 @@ import logging
 import threading
 import time
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import grpc
 import orjson
 
 from inference import grpc_service_pb2 as pb
 from inference import http_route_pb2 as hr
 
 from .access import Access
+from .channel import ServiceChannel
 from .compression import decompress
-from .config import GatewayConfig, GrpcTls
+from .config import GatewayConfig
 from .errors import GatewayError
 from .handlers import Handlers
 from .messages import HttpRequest, HttpResponse, error_response
@@ -33,24 +33,9 @@ from .tracing import TRACED_RPCS, Tracing
 if TYPE_CHECKING:
     from .spans import RequestSpan
 
-__all__ = ["CHANNEL_OPTIONS", "GatewayApp"]
+__all__ = ["GatewayApp"]
 
 log = logging.getLogger(__name__)
-
-#: Unlimited message sizes (the HTTP body limit applies first), and a short reconnect
-#: backoff so the gateway finds a restarted service within about a second by itself.
-#: grpc also takes the minimum backoff as the time a connection attempt may take: it
-#: stays at 5 s, as the attempt only progresses while a call waits on the channel.
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 5000),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 30_000),
-    # No retry policy is configured, so the retry filter would only copy every call.
-    ("grpc.enable_retries", 0),
-]
 
 _HTML = (b"content-type", b"text/html; charset=utf-8")
 _JSON = (b"content-type", b"application/json")
@@ -78,7 +63,7 @@ class GatewayApp:
         }
         self.access = Access(config.restricted)
         self.tracing = Tracing(config.trace)
-        self._channel: grpc.Channel | None = None
+        self._channel: ServiceChannel | None = None
         self._handlers: Handlers | None = None
         #: Set at SIGTERM: readiness answers 400 and new requests are refused.
         self.draining = False
@@ -90,16 +75,15 @@ class GatewayApp:
         self._stop_by = time.monotonic() + self.config.exit_timeout_secs
 
     def startup(self) -> None:
-        """Open the channel and start connecting; a service that is down is no error."""
-        tls = self.config.grpc_tls
-        if tls is None:
-            self._channel = grpc.insecure_channel(self.config.grpc_target, options=CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.secure_channel(
-                self.config.grpc_target, _credentials(tls), options=CHANNEL_OPTIONS
-            )
-        _connect_now(self._channel)
-        self._handlers = Handlers(self._channel, self.config.grpc_target, self._follow_traces)
+        """Open the channel; it connects at the first call, so a service that is down is
+        no error."""
+        self._channel = ServiceChannel(self.config.grpc_target, self.config.grpc_tls)
+        self._handlers = Handlers(
+            self._channel.channel,
+            self.config.grpc_target,
+            self._follow_traces,
+            on_unavailable=self._channel.reconnect,
+        )
         self.tracing.start()
 
     def close_channel(self) -> None:
@@ -201,22 +185,3 @@ def _flush_traces(tracing: Tracing, seconds: float) -> None:
     flusher.join(seconds)
     if flusher.is_alive():
         log.warning("trace exporter did not flush within %.1fs; exiting without it", seconds)
-
-
-def _connect_now(channel: grpc.Channel) -> None:
-    """Start connecting before the first call. The public ways (subscribe,
-    channel_ready_future) leave a polling thread that fails once the channel closes, so
-    this asks grpc's channel object directly, when it has that method."""
-    check = getattr(getattr(channel, "_channel", None), "check_connectivity_state", None)
-    if check is not None:
-        check(True)
-
-
-def _credentials(tls: GrpcTls) -> grpc.ChannelCredentials:
-    """TLS to the service; the files are read once, at start (a missing one stops it)."""
-    root = tls.root_cert.read_bytes() if tls.root_cert is not None else None
-    cert = tls.client_cert.read_bytes() if tls.client_cert is not None else None
-    key = tls.client_key.read_bytes() if tls.client_key is not None else None
-    return grpc.ssl_channel_credentials(
-        root_certificates=root, private_key=key, certificate_chain=cert
-    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +74,10 @@ class GenerateCall:
         request: pb.ModelInferRequest,
         metadata: tuple[tuple[str, str], ...],
         target: str,
+        on_unavailable: Callable[[], None] | None = None,
     ) -> None:
         self._target = target
+        self._on_unavailable = on_unavailable
         self._call: Any = stub.ModelStreamInfer(
             iter([request]), metadata=(*metadata, ERROR_CODES_METADATA)
         )
@@ -91,6 +93,8 @@ class GenerateCall:
                     yield _Item(reply.infer_response)
         except grpc.RpcError as exc:
             error = rpc_error(exc, self._target)
+            if error.status == 503 and self._on_unavailable is not None:
+                self._on_unavailable()
             yield _Item(None, error.message, error.status, refused=True)
         finally:
             self._call.cancel()

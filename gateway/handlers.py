@@ -43,10 +43,13 @@ class Handlers:
         channel: grpc.Channel,
         target: str,
         on_trace_setting: TraceSettingHook | None = None,
+        on_unavailable: Callable[[], None] | None = None,
     ) -> None:
         self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
         self._target = target
         self._on_trace_setting = on_trace_setting
+        #: Called when a call finds the service unavailable (the channel reconnects).
+        self._on_unavailable = on_unavailable
 
     def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
@@ -85,14 +88,17 @@ class Handlers:
         infer = build_generate_request(load_generate_json(request.body), metadata, model, version)
         if trace is not None:
             trace.phase("translate_request", started)
-        call = GenerateCall(self._stub, infer, request.metadata, self._target)
+        call = GenerateCall(self._stub, infer, request.metadata, self._target, self._on_unavailable)
         return call.stream() if binding.sse else call.collect(trace)
 
     def _call(self, rpc: str, message: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
         try:
             return getattr(self._stub, rpc)(message, metadata=metadata or None)
         except grpc.RpcError as exc:
-            raise rpc_error(exc, self._target) from None
+            error = rpc_error(exc, self._target)
+            if error.status == 503 and self._on_unavailable is not None:
+                self._on_unavailable()
+            raise error from None
 
     @staticmethod
     def _status(route: Route, response: Any) -> HttpResponse:

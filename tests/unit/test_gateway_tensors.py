@@ -84,30 +84,45 @@ def test_bytes_tensors() -> None:
         split_bytes(b"\x05\x00\x00\x00ab", "t")
 
 
+NOT = "Unable to parse 'data': attempt to access JSON non-"
+SHAPE = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
 @pytest.mark.parametrize(
-    ("data", "datatype", "shape", "fragment"),
+    ("data", "datatype", "shape", "message"),
     [
-        ([1, 2], "FP32", [3], "holds 2 elements but shape [3] needs 3"),
-        ([[1, 2], [3]], "FP32", [3], "not a regular array"),
-        (["1", "2"], "INT32", [2], "got strings"),
-        ([1.5, 2], "INT32", [2], "got floating-point numbers"),
-        ([True, 1], "BOOL", [2], "booleans"),
-        ([1, 0], "BOOL", [2], "booleans"),
-        ([True, False], "INT8", [2], "got booleans"),
-        ([1, 300], "INT8", [2], "out of range"),
-        ([-1, 2], "UINT32", [2], "out of range"),
-        ([2**64, 1], "UINT64", [2], "mixed or out-of-range"),
-        ([None, 1.0], "FP64", [2], "mixed or out-of-range"),
-        ([1, "a"], "BYTES", [2], "strings, got int"),
-        ({"a": 1}, "FP32", [1], "must be a JSON array"),
+        ([1, 2], "FP32", [3], SHAPE),
+        ([[1, 2], [3], [4]], "FP32", [3], SHAPE),
+        (["1", "2"], "INT32", [2], NOT + "signed-integer as signed-integer"),
+        ([1.5, 2], "INT32", [2], NOT + "signed-integer as signed-integer"),
+        ([True, 1], "BOOL", [2], NOT + "boolean as boolean"),
+        ([1, 0], "BOOL", [2], NOT + "boolean as boolean"),
+        ([True, False], "INT8", [2], NOT + "signed-integer as signed-integer"),
+        ([-1, 2], "UINT32", [2], NOT + "unsigned-integer as unsigned-integer"),
+        ([2**64, 1], "UINT64", [2], NOT + "unsigned-integer as unsigned-integer"),
+        ([None, 1.0], "FP64", [2], NOT + "number as double"),
+        (
+            [1, "a"],
+            "BYTES",
+            [2],
+            "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+        ),
+        ({"a": 1}, "FP32", [1], NOT + "array as array"),
+        ([1, 300], "INT8", [2], "input 'X': value out of range for INT8 [-128, 127]"),
     ],
 )
-def test_bad_json_data_is_400(data: Any, datatype: str, shape: list[int], fragment: str) -> None:
+def test_bad_json_data_has_tritons_texts(
+    data: Any, datatype: str, shape: list[int], message: str
+) -> None:
     with pytest.raises(GatewayError) as info:
         json_to_raw(data, datatype, shape, "input 'X'")
-    assert info.value.status == 400
-    assert fragment in info.value.message
-    assert info.value.message.startswith("input 'X'")
+    assert (info.value.status, info.value.message) == (400, message)
+
+
+def test_json_data_as_triton_reads_it() -> None:
+    # Ragged nesting is read element by element; an empty tensor's data is not read.
+    assert json_to_raw([[1, 2], [3]], "INT32", [3], "x") == np.array([1, 2, 3], "<i4").tobytes()
+    assert json_to_raw("anything", "FP32", [0, 4], "x") == b""
 
 
 def test_empty_tensors() -> None:
