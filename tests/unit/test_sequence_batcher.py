@@ -123,11 +123,11 @@ def test_accept_errors() -> None:
     table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
     with pytest.raises(InvalidArgument, match=START_FLAG) as info:
         table.accept(job(9), 0)
-    assert "9" in str(info.value) and "'acc'" in str(info.value)
+    assert str(info.value) == (
+        "inference request for sequence 9 to model 'acc' must specify the START flag on the "
+        "first request of the sequence"
+    )
     sequence = table.accept(job(9, start=True), 0)
-    with pytest.raises(InvalidArgument, match="still active"):
-        table.accept(job(9, start=True), 0)
-    assert len(sequence.pending) == 1  # the refused START changed nothing
     table.accept(job(9, end=True), 0)
     with pytest.raises(InvalidArgument, match=START_FLAG):
         table.accept(job(9), 0)  # after END only a new START is accepted
@@ -135,6 +135,42 @@ def test_accept_errors() -> None:
     table.release(sequence)
     again = table.accept(job(9, start=True), 0)
     assert again is not sequence and again.states is None
+
+
+def test_start_on_a_live_sequence_joins_it_with_triton_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Triton ends the old sequence early: its queued requests run, then the new START,
+    in the same slot; a warning in Triton's words says so."""
+    table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
+    first = table.accept(job(9, start=True, value=1), 0)
+    with caplog.at_level("WARNING"):
+        second = table.accept(job(9, start=True, value=2), 5)
+    assert second is first and len(table) == 1
+    assert [int(j.inputs["INPUT"][0, 0]) for j in first.pending] == [1, 2]
+    assert first.pending[1].sequence_start and first.last_ns == 5
+    assert caplog.messages == [
+        "sequence 9 for model 'acc' has a conflict. The previous sequence did not end before "
+        "this sequence start. Previous sequence will be terminated early."
+    ]
+    assert table.accept(job(9, value=3), 6) is first  # the restarted sequence goes on
+
+
+def test_start_after_an_accepted_end_begins_a_second_sequence() -> None:
+    """Once END is accepted the ID is free: a START gets its own room while the ended
+    sequence still has queued requests, and each is released on its own."""
+    table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
+    old = table.accept(job(4, start=True), 0)
+    table.accept(job(4, end=True), 0)
+    assert old.ending and not old.finished
+    new = table.accept(job(4, start=True), 0)
+    assert new is not old and (new.instance, new.slot) == (0, 1)
+    assert table.accept(job(4), 0) is new
+    old.pending.clear()
+    assert old.finished
+    table.release(old)
+    assert table.accept(job(4, end=True), 0) is new
+    assert table.sequences() == [new]
 
 
 def test_string_and_integer_ids() -> None:
@@ -548,6 +584,22 @@ async def test_driver_continuing_and_starting_sequences_share_an_execution() -> 
     np.testing.assert_array_equal(log[1]["INPUT_STATE"], [[4], [0]])
 
 
+async def test_driver_start_on_a_live_sequence_restarts_it() -> None:
+    """No END, then START again with the same ID: the queued request of the old sequence
+    runs with its state, the new START begins from the initial state (Triton)."""
+    scheduler, log, _ = make_scheduler()
+    try:
+        assert await _value(scheduler, job(3, start=True, value=4)) == 4
+        old = asyncio.create_task(_value(scheduler, job(3, value=5)))
+        new = asyncio.create_task(_value(scheduler, job(3, start=True, value=7)))
+        assert await asyncio.gather(old, new) == [9, 7]
+        assert await _value(scheduler, job(3, end=True, value=1)) == 8
+    finally:
+        await scheduler.stop()
+    assert [e["INPUT_STATE"][0, 0] for e in log] == [0, 4, 0, 7]
+    assert [e["CORRID"][0, 0] for e in log] == [3, 3, 3, 3]  # one slot throughout
+
+
 async def test_driver_oldest_never_batches_two_requests_of_one_sequence() -> None:
     scheduler, log, _ = make_scheduler("oldest { max_candidate_sequences: 4 }", max_batch_size=4)
     try:
@@ -567,16 +619,22 @@ async def test_driver_oldest_never_batches_two_requests_of_one_sequence() -> Non
 
 
 async def test_driver_refuses_bad_requests() -> None:
+    """Triton's texts, and its order: batch size before correlation ID before flags."""
     scheduler, _, _ = make_scheduler()
+    no_id = "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"
     try:
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job(None, start=True))
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job(0, start=True))
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job("", start=True))
-        with pytest.raises(InvalidArgument, match="batch size 1"):
-            await scheduler.submit(job(5, start=True, rows=2))
+        for cid in (None, 0, ""):
+            with pytest.raises(InvalidArgument) as info:
+                await scheduler.submit(job(cid, start=True))
+            assert str(info.value) == no_id
+        batch_text = (
+            "inference request to model 'acc' must specify batch-size 1 due to requirements "
+            "of sequence batcher"
+        )
+        for cid in (None, 5):
+            with pytest.raises(InvalidArgument) as info:
+                await scheduler.submit(job(cid, start=True, rows=2))
+            assert str(info.value) == batch_text
         with pytest.raises(InvalidArgument, match=START_FLAG):
             await scheduler.submit(job(5))  # the refused batch-2 START registered nothing
         assert scheduler.inflight == 0
