@@ -153,7 +153,11 @@ class SequenceBatchScheduler:
         now = self._clock()
         self._drop_cancelled()
         for sequence in self._table.expire_idle(now):
-            log.info("model '%s': sequence %s released after idling", self._name, sequence.cid)
+            log.debug(
+                "model '%s': sequence %s: max sequence idle exceeded", self._name, sequence.cid
+            )
+        for sequence in self._table.expire_backlog(now):
+            self._reject(sequence)
         if self._holding():
             return
         wait_until = None
@@ -167,10 +171,19 @@ class SequenceBatchScheduler:
                 self._dispatch(taken, rows)
             elif due is not None and (wait_until is None or due < wait_until):
                 wait_until = due
-        idle_due = self._table.next_idle_deadline()
-        if idle_due is not None and (wait_until is None or idle_due < wait_until):
-            wait_until = idle_due
+        due = self._table.next_deadline()
+        if due is not None and (wait_until is None or due < wait_until):
+            wait_until = due
         self._driver.arm(wait_until, now)
+
+    def _reject(self, sequence: LiveSequence) -> None:
+        """A backlogged sequence timed out: its queued requests fail (Triton's text)."""
+        while sequence.pending:
+            job = sequence.pending.popleft()
+            if job.future is not None and not job.future.done():
+                job.future.set_exception(
+                    Unavailable("timeout of the corresponding sequence has been expired")
+                )
 
     def _holding(self) -> bool:
         """Triton's test hooks: hold scheduling until enough requests are queued."""
@@ -297,7 +310,6 @@ class SequenceBatchScheduler:
         done: asyncio.Future[RowResult],
     ) -> None:
         self._executing -= 1
-        now = self._clock()
         error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
         if error is None:
             outputs, new_states, timings = done.result()
@@ -306,7 +318,6 @@ class SequenceBatchScheduler:
             if job is None or sequence is None:
                 continue
             sequence.executing = False
-            sequence.last_ns = now
             if error is None:
                 sequence.states = new_states[index]
                 out = outputs[index]

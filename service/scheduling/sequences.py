@@ -8,6 +8,9 @@ As in Triton, a correlation ID stops routing to its sequence once the END reques
 accepted (a later request needs START and begins a new sequence, possibly while the old
 one still runs its queued requests), and a START for an ID whose sequence has not ended
 joins that sequence: its queued requests run first, then the START resets its state.
+Triton's reaper is followed too: a sequence holding a room is force-ended when no request
+for it has been accepted for the idle time (its queued requests still run, then its room
+is freed), and a backlogged sequence whose requests' timeout passes is dropped.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class LiveSequence:
     pending: deque[Job] = field(default_factory=deque)
     states: list[Array] | None = None  # implicit state; None: initial state
     executing: bool = False
-    ending: bool = False  # its END request has been accepted: nothing joins it any more
+    ending: bool = False  # END accepted (or idled out): nothing joins it any more
+    expires_ns: int | None = None  # while in the backlog: when its requests time out
 
     @property
     def head(self) -> Job | None:
@@ -88,10 +92,19 @@ class SequenceTable:
             )
         sequence.pending.append(job)
         sequence.last_ns = now_ns
+        if sequence.instance is None and job.timeout_us:
+            expires = now_ns + job.timeout_us * 1000
+            if sequence.expires_ns is None or expires < sequence.expires_ns:
+                sequence.expires_ns = expires
         if job.sequence_end:
-            sequence.ending = True
-            del self._routes[cid]
+            self._end(sequence)
         return sequence
+
+    def _end(self, sequence: LiveSequence) -> None:
+        """No later request joins ``sequence``; its queued ones still run."""
+        sequence.ending = True
+        if self._routes.get(sequence.cid) is sequence:
+            del self._routes[sequence.cid]
 
     def _place(self, sequence: LiveSequence) -> None:
         best = None
@@ -121,22 +134,41 @@ class SequenceTable:
             self._place(self._backlog.popleft())
 
     def expire_idle(self, now_ns: int) -> list[LiveSequence]:
+        """Force-end the sequences holding a room that accepted no request for the idle
+        time (Triton's reaper; a backlogged one waits for its room). Those with nothing
+        queued or running free their room now, the others once their requests ran."""
         if self.idle_ns <= 0:
             return []
         idle = [
             s
             for s in self._live
-            if not s.pending and not s.executing and now_ns - s.last_ns >= self.idle_ns
+            if not s.ending and s.instance is not None and now_ns - s.last_ns >= self.idle_ns
         ]
         for sequence in idle:
-            self.release(sequence)
+            self._end(sequence)
+            if sequence.finished:
+                self.release(sequence)
         return idle
 
-    def next_idle_deadline(self) -> int | None:
-        if self.idle_ns <= 0:
-            return None
-        times = [s.last_ns for s in self._live if not s.pending and not s.executing]
-        return min(times) + self.idle_ns if times else None
+    def expire_backlog(self, now_ns: int) -> list[LiveSequence]:
+        """Drop the backlogged sequences whose requests' timeout passed; the caller fails
+        their queued requests."""
+        expired = [s for s in self._backlog if s.expires_ns is not None and s.expires_ns <= now_ns]
+        for sequence in expired:
+            self._end(sequence)
+            self.release(sequence)
+        return expired
+
+    def next_deadline(self) -> int | None:
+        """When ``expire_idle`` or ``expire_backlog`` next has something to do."""
+        times = [s.expires_ns for s in self._backlog if s.expires_ns is not None]
+        if self.idle_ns > 0:
+            times += [
+                s.last_ns + self.idle_ns
+                for s in self._live
+                if not s.ending and s.instance is not None
+            ]
+        return min(times) if times else None
 
     def rooms(self, instance: int) -> list[LiveSequence | None]:
         return self._rooms[instance]

@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.errors import InvalidArgument
+from service.errors import InvalidArgument, Unavailable
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
@@ -183,26 +183,29 @@ def test_string_and_integer_ids() -> None:
         table.accept(job("seq-c"), 0)
 
 
-def test_expire_idle_releases_only_idle_sequences() -> None:
+def test_expire_idle_force_ends_sequences_as_triton_reaper_does() -> None:
+    """Idle time counts from the last request accepted. An idle sequence with nothing
+    queued frees its room at once; one with requests queued or running is force-ended
+    (no request joins it) and frees its room once they ran; a backlogged one waits."""
     table = SequenceTable("m", instances=1, capacity=2, idle_ns=100)
-    busy = table.accept(job(1, start=True), 0)  # still has a pending request
-    running = table.accept(job(2, start=True), 0)
-    running.pending.clear()
-    running.executing = True
-    waiting = table.accept(job(3, start=True), 0)  # backlog, with a pending request
-    assert table.expire_idle(1_000) == []
-    assert table.next_idle_deadline() is None
-
-    running.executing = False
-    running.last_ns = 500
-    assert table.next_idle_deadline() == 600
-    assert table.expire_idle(599) == []
-    assert table.expire_idle(600) == [running]
-    assert waiting.instance == 0  # the idle sequence's room went to the backlog
-    assert {s.cid for s in table.sequences()} == {1, 3}
-    assert busy.instance == 0
+    queued = table.accept(job(1, start=True), 0)  # a request still queued
+    quiet = table.accept(job(2, start=True), 50)
+    quiet.pending.clear()
+    waiting = table.accept(job(3, start=True), 0)  # backlog
+    assert table.next_deadline() == 100
+    assert table.expire_idle(99) == []
+    assert table.expire_idle(100) == [queued]
+    assert queued.ending and queued.instance == 0 and not queued.finished
     with pytest.raises(InvalidArgument, match=START_FLAG):
-        table.accept(job(2), 700)
+        table.accept(job(1), 120)
+    assert table.next_deadline() == 150
+    assert table.expire_idle(150) == [quiet]
+    assert waiting.instance == 0 and waiting.slot == 1  # the idle room went to the backlog
+    assert table.next_deadline() == 100  # the promoted one's last request was at 0
+    queued.pending.clear()
+    assert queued.finished
+    table.release(queued)
+    assert {s.cid for s in table.sequences()} == {3}
 
 
 def test_expire_idle_disabled_with_zero_timeout() -> None:
@@ -210,7 +213,23 @@ def test_expire_idle_disabled_with_zero_timeout() -> None:
     sequence = table.accept(job(1, start=True), 0)
     sequence.pending.clear()
     assert table.expire_idle(10**18) == []
-    assert table.next_idle_deadline() is None
+    assert table.next_deadline() is None
+
+
+def test_backlogged_sequence_expires_with_its_requests_timeout() -> None:
+    """Triton's backlog reaper: the earliest of now + timeout over the requests queued in
+    the backlog; once it passes, the sequence is dropped and its ID routes nowhere."""
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=0)
+    table.accept(job(1, start=True), 0)
+    late = job(2, start=True)
+    late.timeout_us = 50
+    waiting = table.accept(late, 10)
+    assert waiting.expires_ns == 50_010 and table.next_deadline() == 50_010
+    assert table.expire_backlog(50_009) == []
+    assert table.expire_backlog(50_010) == [waiting]
+    assert table.backlog_count() == 0 and len(table) == 1
+    with pytest.raises(InvalidArgument, match=START_FLAG):
+        table.accept(job(2), 60_000)
 
 
 def test_accept_refreshes_last_activity_and_busy() -> None:
@@ -663,5 +682,19 @@ async def test_driver_releases_idle_sequences() -> None:
         with pytest.raises(InvalidArgument, match=START_FLAG):
             await scheduler.submit(job(1, value=1))
         assert await _value(scheduler, job(1, start=True, value=8)) == 8
+    finally:
+        await scheduler.stop()
+
+
+async def test_driver_rejects_a_backlogged_sequence_whose_timeout_passed() -> None:
+    scheduler, _, _ = make_scheduler(max_batch_size=1)
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4  # holds the slot
+        late = job(2, start=True, value=3)
+        late.timeout_us = 20_000
+        with pytest.raises(Unavailable) as info:
+            await asyncio.wait_for(scheduler.submit(late), 5)
+        assert str(info.value) == "timeout of the corresponding sequence has been expired"
+        assert await _value(scheduler, job(1, value=1, end=True)) == 5  # slot 0 served on
     finally:
         await scheduler.stop()
