@@ -199,8 +199,10 @@ class GraphRunner:
         binding = self._session.io_binding()
         inputs = {}
         for name, array in feeds.items():
+            # On the host ORT would wrap the caller's array, and later updates would write
+            # into it: the bound buffer must be the runner's own.
             value = ort.OrtValue.ortvalue_from_numpy(
-                np.ascontiguousarray(array), self._device, self._device_id
+                np.array(array, copy=True, order="C"), self._device, self._device_id
             )
             binding.bind_ortvalue_input(name, value)
             inputs[name] = value
