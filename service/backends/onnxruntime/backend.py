@@ -14,7 +14,9 @@ fallback (``providers.allow_cpu_fallback``). Instances on CUDA run through IO bi
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,20 @@ def _check_active(
     )
 
 
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """Let onnxruntime-gpu find CUDA/cuDNN installed as pip packages (``nvidia/*/lib``, e.g.
+    PyTorch's) before the first CUDA session; LD_LIBRARY_PATH still wins. Once per process;
+    ``ORT_PRELOAD_DLLS=0`` turns it off (docs/gpu.md)."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime >= 1.21
+    if preload is None or os.environ.get("ORT_PRELOAD_DLLS", "1") == "0":
+        return
+    try:
+        preload()
+    except Exception as exc:  # a missing library shows up as an inactive provider later
+        log.warning("onnxruntime.preload_dlls failed: %s", exc)
+
+
 def _runner(
     config: mc.ModelConfig, spec: InstanceSpec, session: ort.InferenceSession
 ) -> Runner | None:
@@ -138,6 +154,8 @@ class OnnxRuntimeBackend:
                 f"model file '{model_file.name}' not found in version {version_path.name}"
             )
         choice = choose_providers(config, spec, ort.get_available_providers())
+        if CUDA in choice.names:
+            _preload_cuda_libraries()
         options = _session_options(config, spec)
         try:
             session = ort.InferenceSession(
