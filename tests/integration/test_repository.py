@@ -34,6 +34,7 @@ BROKEN = {
     "'no_versions'",
     "name_mismatch": "unexpected 'name' in config.pbtxt: expected 'name_mismatch', "
     "got 'other_name'",
+    "bad_accelerator": "unknown Execution Accelerator 'mkldnn' is requested",
 }
 
 
@@ -98,6 +99,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     models.write_model(
         repo, "gpu_model", add_sub, _add_sub_config("gpu_model", instance_kind="KIND_GPU")
+    )
+    accelerator = (
+        'optimization { execution_accelerators { cpu_execution_accelerator [{ name: "mkldnn" }] } }'
+    )
+    models.write_model(
+        repo, "bad_accelerator", add_sub, _add_sub_config("bad_accelerator", accelerator)
     )
     return repo
 
