@@ -5,6 +5,7 @@ really enabled, and the GPU inventory read from a fake NVML. No device needed.""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from service.core.instance_groups import instance_specs
 from service.core.loader import load_version
 from service.core.model import ModelState
 from service.gpus import GpuInventory, set_inventory
+from service.repository.config_file import read_config
+from service.repository.layout import discover_models
 
 
 def _config(text: str) -> mc.ModelConfig:
@@ -237,8 +240,6 @@ def test_inventory_process_memory_is_this_process_only() -> None:
 async def test_load_reports_gpu_memory_per_model(tmp_path: Path) -> None:
     """A model placed on a GPU reports the device bytes its load took (fake device, and a
     CPU fallback so that the session itself can be made here)."""
-    import os
-
     device = _Dev("GPU-aa", processes=[_Proc(os.getpid(), 1000)])
 
     class Growing(_Nvml):
@@ -267,9 +268,6 @@ async def test_load_reports_gpu_memory_per_model(tmp_path: Path) -> None:
 
 
 def _config_file(folder: Path) -> mc.ModelConfig:
-    from service.repository.config_file import read_config
-    from service.repository.layout import discover_models
-
     return read_config(discover_models([folder.parent])[folder.name])
 
 
