@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from integration_support import expect_error, running_server
+from integration_support import expect_error, running_server, wait_for_log
 from server_process import REPO_ROOT, ServerProcess
 
 MODEL = REPO_ROOT / "tests" / "python_models" / "seq_controls"
@@ -93,10 +93,11 @@ def test_start_on_a_live_sequence_restarts_it(
     assert _step(client, 31, 2)[0] == 3
     assert _step(client, 31, 10, start=True)[0] == 10  # no END came: a new sequence
     assert _step(client, 31, 5, end=True)[0] == 15
-    assert (
+    wait_for_log(  # the server's stderr is read by a thread: the line may still be on its way
+        server,
         "sequence 31 for model 'seq_controls' has a conflict. The previous sequence did not "
-        "end before this sequence start. Previous sequence will be terminated early."
-    ) in server.log
+        "end before this sequence start. Previous sequence will be terminated early.",
+    )
 
 
 def test_sequence_errors_have_triton_texts(client: grpcclient.InferenceServerClient) -> None:
