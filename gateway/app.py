@@ -83,6 +83,7 @@ class GatewayApp:
             self.config.grpc_target,
             self._follow_traces,
             on_unavailable=self._channel.reconnect,
+            header_forward=self.config.header_forward,
         )
         self.tracing.start()
 

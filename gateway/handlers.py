@@ -9,6 +9,7 @@ service.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -24,6 +25,7 @@ from .compression import choose_encoding, compress
 from .errors import GatewayError, rpc_error
 from .generate import build_generate_request, load_generate_json
 from .generate_stream import GenerateCall
+from .header_forward import forward_headers
 from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
@@ -44,8 +46,11 @@ class Handlers:
         target: str,
         on_trace_setting: TraceSettingHook | None = None,
         on_unavailable: Callable[[], None] | None = None,
+        *,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        self._header_forward = header_forward
         self._target = target
         self._on_trace_setting = on_trace_setting
         #: Called when a call finds the service unavailable (the channel reconnects).
@@ -123,6 +128,8 @@ class Handlers:
         else:
             header = load_json(memoryview(body)[:length], "the inference request")
             call = decode_infer(header, BinaryReader(body, length, model), model, version)
+        if self._header_forward is not None:  # as Triton: infer only, not generate
+            forward_headers(self._header_forward, request.headers, call.request)
         if trace is not None:
             trace.phase("translate_request", started)
         response = self._call("ModelInfer", call.request, request.metadata)
