@@ -42,8 +42,8 @@ class HttpRequest:
 class HttpResponse:
     """A whole body, or (``stream`` set) chunks sent as they come.
 
-    ``on_sent`` runs once the answer has left (a stream: its last chunk, or the client
-    leaving), whatever happened to the connection.
+    ``on_sent`` runs once, as the answer leaves: just before its last write (a stream:
+    before its closing chunk), or when the connection fails or the client leaves.
     """
 
     status: int

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .app import GatewayApp
 from .config import GatewayConfig, HttpsConfig
-from .http11 import HttpServer
+from .listener import HttpServer
 from .sockets import StartError, bind
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.app import GatewayApp
-from gateway.http11 import HttpServer
+from gateway.listener import HttpServer
 from gateway.sockets import bind
 
 _SERVERS: dict[GatewayApp, tuple[HttpServer, int]] = {}

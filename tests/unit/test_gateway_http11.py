@@ -12,7 +12,8 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from gateway.http11 import MAX_HEADER_BYTES, HttpServer
+from gateway.http11 import MAX_HEADER_BYTES
+from gateway.listener import HttpServer
 from gateway.messages import HttpRequest, HttpResponse
 from gateway.sockets import StartError, bind
 
