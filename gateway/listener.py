@@ -65,6 +65,8 @@ class HttpServer:
                     return
                 time.sleep(0.05)  # e.g. out of file descriptors: try again shortly
                 continue
+            # Linux passes the listener's TCP_NODELAY on; elsewhere it must be set here.
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = Connection(self, conn)
             with self._lock:
                 full = len(self._connections) >= self.max_connections
