@@ -11,6 +11,8 @@ from grpc_reflection.v1alpha import reflection
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from trtis import grpc_service_pb2 as v1
+from trtis import grpc_service_pb2_grpc as v1_grpc
 
 from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
@@ -18,12 +20,14 @@ from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
 from .servicer import InferenceServicer
+from .v1_servicer import V1Servicer
 
 __all__ = ["GrpcFrontend"]
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+V1_SERVICE_NAME = v1.DESCRIPTOR.services_by_name["GRPCService"].full_name
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
@@ -79,14 +83,17 @@ class GrpcFrontend:
         self._servicer = InferenceServicer(
             core, config.grpc_max_message_bytes, logs=logs, tracing=tracing
         )
+        self._v1 = V1Servicer(core, config.grpc_max_message_bytes)
         self._health = _Health(core)
         if config.restricted:
-            guarded = restrict(self._servicer, self._health, config.restricted)
+            guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
+        v1_grpc.add_GRPCServiceServicer_to_server(self._v1, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+            (SERVICE_NAME, V1_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self._server,
         )
 
     async def start(self) -> int:
@@ -107,11 +114,14 @@ class GrpcFrontend:
     async def set_serving(self, serving: bool) -> None:
         """What Watch reports; Check on the inference service's name asks the core."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
+        if not serving:
+            self._v1.set_exiting()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
 
     def close_streams(self) -> None:
         self._servicer.close_streams()
+        self._v1.close_streams()
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""
