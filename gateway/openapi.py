@@ -98,8 +98,15 @@ _NV_STATUS = {
 }
 
 
-def _v1_responses(route: Route) -> dict[str, Any]:
-    """The legacy v1 API: status in the NV-Status header, protobuf bodies."""
+def _v1_responses(route: Route, binding: Binding) -> dict[str, Any]:
+    """The legacy v1 API: status in the NV-Status header, protobuf bodies; the gateway's
+    own refusals (restricted, unreachable service, body limit, ...) as everywhere."""
+    errors: dict[str, Any] = {
+        code: {"description": text, "content": _json(ERROR)}
+        for code, text in ERROR_STATUSES.items()
+        if code != "400"
+    }
+    errors["403"] = {"description": "A restricted API without its key", "content": _json(ERROR)}
     if route.rpc == "Infer":
         ok = {
             "description": "The raw outputs concatenated in NV-InferResponse order, then the "
@@ -113,7 +120,7 @@ def _v1_responses(route: Route) -> dict[str, Any]:
             },
             "content": {"application/octet-stream": {"schema": {"type": "string"}}},
         }
-    elif route.rpc in ("Status", "Repository", "SharedMemoryControl"):
+    elif binding.method == "GET" and route.rpc != "Health":
         ok = {
             "description": "Text protobuf by default; ?format=binary, or ?format=json "
             "(status only)",
@@ -159,7 +166,9 @@ def _v1_parameters(route: Route, binding: Binding) -> list[dict[str, Any]]:
                 "name": "format",
                 "in": "query",
                 "required": False,
-                "schema": {"type": "string", "enum": ["text", "json", "binary"]},
+                "description": "text (the default, as is any other value), binary, or json "
+                "(status only)",
+                "schema": {"type": "string"},
             }
         )
     return params
@@ -167,7 +176,7 @@ def _v1_parameters(route: Route, binding: Binding) -> list[dict[str, Any]]:
 
 def _responses(route: Route, binding: Binding, schemas: _Schemas) -> dict[str, Any]:
     if route.codec == hr.HTTP_CODEC_V1:
-        return _v1_responses(route)
+        return _v1_responses(route, binding)
     errors: dict[str, Any] = {
         code: {"description": text, "content": _json(ERROR)}
         for code, text in ERROR_STATUSES.items()

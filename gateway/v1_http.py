@@ -88,8 +88,13 @@ class V1Failure(Exception):
 
 
 def one_line(message: Message) -> str:
-    """Text protobuf on one line (C++ ShortDebugString), safe as an HTTP header value."""
-    return text_format.MessageToString(message, as_one_line=True)
+    """Text protobuf on one line (C++ ShortDebugString), ASCII only as an HTTP header value
+    must be: non-ASCII text (only ever inside quoted strings) becomes octal escapes of its
+    UTF-8 bytes, which text-format parsers turn back into the same string."""
+    text = text_format.MessageToString(message, as_one_line=True)
+    if text.isascii():
+        return text
+    return "".join(c if c.isascii() else "".join(f"\\{b:03o}" for b in c.encode()) for c in text)
 
 
 #: (HTTP status, body, headers): handlers.py makes it its HttpResponse.
