@@ -95,7 +95,7 @@ def _input_tensor(
     size of a STRING input the header did not give; the core checks its contents)."""
     if given.dims:
         if len(given.dims) != len(spec.dims) or any(
-            c != -1 and c != g for c, g in zip(spec.dims, given.dims, strict=False)
+            g < 0 or (c != -1 and c != g) for c, g in zip(spec.dims, given.dims, strict=False)
         ):
             raise InvalidArgument(
                 f"unexpected shape for input '{given.name}' for model '{model}'. "

@@ -404,6 +404,30 @@ def test_strings_round_trip_with_batch_byte_size(stub: Any) -> None:
     assert response.meta_data.output[0].raw.batch_byte_size == len(data)
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_health_ready_follows_strict_readiness(tmp_path: Path, strict: bool) -> None:
+    """A model that fails to load makes v1 "ready" false, unless --strict-readiness=false."""
+    broken = tmp_path / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    (broken / "config.pbtxt").write_text(
+        'name: "broken" platform: "onnxruntime_onnx" max_batch_size: 0\n', encoding="utf-8"
+    )
+    args = [f"--strict-readiness={str(strict).lower()}"]
+    with running_server([tmp_path], args) as server, grpc.insecure_channel(server.url) as channel:
+        ref = reference()
+        stub = ref.stub(channel)
+        ready = stub.Health(ref.HealthRequest(mode="ready"), timeout=10)
+        ok(ready.request_status)
+        assert ready.health is not strict
+        assert stub.Health(ref.HealthRequest(mode="live"), timeout=10).health
+        status = stub.Status(ref.StatusRequest(model_name="broken"), timeout=10)
+        version = status.server_status.model_status["broken"].version_status[1]
+        unavailable = ref.enums["ModelReadyState"].values_by_name["MODEL_UNAVAILABLE"].number
+        assert version.ready_state == unavailable
+        assert version.ready_state_reason.message
+
+
 # ----------------------------------------------------------------------------- access
 
 

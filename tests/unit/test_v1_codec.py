@@ -107,6 +107,10 @@ def test_decode_sequence_flags_become_core_parameters() -> None:
             "unexpected shape for input 'A' for model 'm'. Expected [-1,2], got [1,2,7]",
         ),
         (
+            lambda r: r.meta_data.input[0].dims.__setitem__(0, -3),
+            "unexpected shape for input 'A' for model 'm'. Expected [-1,2], got [-3,2]",
+        ),
+        (
             lambda r: setattr(r.meta_data.input[1], "batch_byte_size", 5),
             "specific batch-byte-size for input 'F' does not match expected byte-size",
         ),
