@@ -81,7 +81,11 @@ class GrpcFrontend:
             ]
         )
         self._servicer = InferenceServicer(
-            core, config.grpc_max_message_bytes, logs=logs, tracing=tracing
+            core,
+            config.grpc_max_message_bytes,
+            logs=logs,
+            tracing=tracing,
+            header_forward=config.header_forward,
         )
         self._v1 = V1Servicer(core, config.grpc_max_message_bytes)
         self._health = _Health(core)
