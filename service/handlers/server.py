@@ -87,7 +87,9 @@ class GrpcFrontend:
             tracing=tracing,
             header_forward=config.header_forward,
         )
-        self._v1 = V1Servicer(core, config.grpc_max_message_bytes)
+        self._v1 = V1Servicer(
+            core, config.grpc_max_message_bytes, header_forward=config.header_forward
+        )
         self._health = _Health(core)
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted, self._v1)

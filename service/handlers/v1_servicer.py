@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from .. import __version__
 from ..core.server import InferenceServer
 from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..statistics import Duration
+from .header_forward import forward_headers
 from .status import GRPC_STATUS, log_request_error
 from .v1_codec import decode_v1_infer, encode_v1_infer, request_status, v1_version
 from .v1_status import ApiStats, StatusFacts, server_status
@@ -48,9 +50,15 @@ _INTERNAL = "internal error in {rpc}"
 
 class V1Servicer(gs_grpc.GRPCServiceServicer):
     def __init__(
-        self, core: InferenceServer, max_send_bytes: int, server_id: str = V1_SERVER_ID
+        self,
+        core: InferenceServer,
+        max_send_bytes: int,
+        server_id: str = V1_SERVER_ID,
+        *,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._core = core
+        self._header_forward = header_forward
         self._max_send = max_send_bytes
         self._server_id = server_id
         self._ids = itertools.count(1)
@@ -176,13 +184,17 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         return server_status(facts, entries, configs, stats, self._api)
 
     async def Infer(self, request: gs.InferRequest, context: Context) -> gs.InferResponse:
-        return await self._infer(request)
+        return await self._infer(request, context)
 
-    async def _infer(self, request: gs.InferRequest) -> gs.InferResponse:
+    async def _infer(self, request: gs.InferRequest, context: Context) -> gs.InferResponse:
         async def work(request_id: int) -> gs.InferResponse:
             version = v1_version(request.model_version)
             config = self._core.model_config(request.model_name, version)
-            response = await self._core.infer(decode_v1_infer(request, config))
+            core_request = decode_v1_infer(request, config)
+            if self._header_forward is not None:  # --grpc-header-forward-pattern, as v2
+                metadata = context.invocation_metadata() or ()
+                forward_headers(self._header_forward, metadata, core_request)
+            response = await self._core.infer(core_request)
             labels: dict[str, tuple[str, ...]] = {}
             if any(o.HasField("cls") for o in request.meta_data.output):
                 labels = self._core.model_labels(request.model_name, response.model_version)
@@ -209,7 +221,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         async def read_requests() -> None:
             try:
                 async for request in request_iterator:
-                    answers.put_nowait(asyncio.create_task(self._infer(request)))
+                    answers.put_nowait(asyncio.create_task(self._infer(request, context)))
             except asyncio.CancelledError:
                 if not self._closing:
                     raise  # the stream is being torn down, not the server shutting down

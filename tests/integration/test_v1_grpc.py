@@ -9,6 +9,8 @@ which answers gRPC OK with the error in request_status while the server keeps se
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from integration_support import running_server
-from server_process import ServerProcess
+from server_process import REPO_ROOT, ServerProcess
 from v1_reference import reference
 from v1_support import (
     add_sub_request,
@@ -429,6 +431,32 @@ def test_health_ready_follows_strict_readiness(tmp_path: Path, strict: bool) -> 
 
 
 # ----------------------------------------------------------------------------- access
+
+
+def test_header_forward_pattern_applies_to_v1_requests(tmp_path: Path) -> None:
+    """--grpc-header-forward-pattern turns matching metadata of a v1 call into request
+    parameters, as for v2 (the python 'params' model reports what it received)."""
+    shutil.copytree(REPO_ROOT / "tests" / "python_models" / "params", tmp_path / "params")
+    args = ["--grpc-header-forward-pattern", "MY_.*"]
+    with running_server([tmp_path], args) as server, grpc.insecure_channel(server.url) as channel:
+        stub = reference().stub(channel)
+        head = header(1, [("INPUT0", [1])], ["PARAMS"])
+        request = infer_request("params", head, [np.ones(1, np.float32).tobytes()])
+        metadata = (("my_h", "from v1"), ("other", "x"))
+        response = stub.Infer(request, metadata=metadata, timeout=60)
+        ok(response.request_status)
+        (seen,) = reference_strings(response.raw_output[0])
+        assert json.loads(seen) == {"my_h": "from v1"}
+
+
+def reference_strings(raw: bytes) -> list[str]:
+    """A STRING tensor's elements (4-byte little-endian length, then the bytes)."""
+    out, offset = [], 0
+    while offset < len(raw):
+        size = int.from_bytes(raw[offset : offset + 4], "little")
+        out.append(raw[offset + 4 : offset + 4 + size].decode("utf-8"))
+        offset += 4 + size
+    return out
 
 
 def test_restricted_protocols_refuse_v1_calls_in_band(repo: Path) -> None:
