@@ -48,7 +48,9 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     mode = ControlMode(config.model_control_mode)
     models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    core = InferenceServer(
+        models, strict_readiness=config.strict_readiness, cache=cache, server_id=config.server_id
+    )
     tracing = Tracing(config.trace)
     models.attach_runner(TracingStepRunner(core, tracing))
     try:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import SERVER_ID
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
 
@@ -68,6 +69,7 @@ class MetricsConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
+    server_id: str = SERVER_ID  # --id: the name ServerMetadata reports
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="model_repositories",
         help="model repository folder (repeatable)",
     )
+    add("--id", default=SERVER_ID, dest="server_id", help="identifier for this server")
     add("--grpc-address", default="0.0.0.0", help="address to bind")
     add("--grpc-port", type=int, default=8001, help="0 picks a free port")
     add(
@@ -301,6 +304,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error(str(exc))
     return ServerConfig(
         model_repositories=tuple(args.model_repositories),
+        server_id=args.server_id,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_max_message_bytes=args.grpc_max_message_bytes,

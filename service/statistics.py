@@ -12,7 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["BatchTimings", "Duration", "ModelStats", "StatsObserver", "set_observer_factory"]
+__all__ = [
+    "FAILURE_REASONS",
+    "BatchTimings",
+    "Duration",
+    "ModelStats",
+    "StatsObserver",
+    "set_observer_factory",
+]
+
+# Triton 2.51's failure reasons (core infer_stats.h), in its order: the ``reason`` label of
+# ``nv_inference_request_failure``. REJECTED: timed out in a queue; CANCELED: cancelled
+# while pending; BACKEND: the model failed it; OTHER: the rest (an ensemble's failures).
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
 @dataclass(slots=True)
@@ -118,6 +130,7 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     cancelled: int = 0
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
@@ -205,10 +218,15 @@ class ModelStats:
             stats = self.responses[index] = ResponseStats()
         return stats
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, reason: str = "OTHER") -> None:
+        """A request the model accepted and did not answer; every failure has one reason."""
         self.fail.add(request_ns)
+        self.failures[reason] += 1
         self.last_inference_ms = self.wall_ms()
 
     def record_cancelled(self) -> None:
-        """A request removed before execution (caller cancelled or deadline passed)."""
+        """A request removed before execution (caller cancelled or deadline passed): a
+        failure with reason CANCELED, as Triton counts it, and our own cancelled count."""
         self.cancelled += 1
+        self.fail.add(0)
+        self.failures["CANCELED"] += 1

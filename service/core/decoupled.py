@@ -16,13 +16,12 @@ from collections.abc import AsyncIterator
 from ..errors import Internal, ServerError
 from ..scheduling.base import ExecutionResult, Job
 from ..scheduling.responses import Response, StreamSender
-from ..types import ExecutionRecord, InferResponse, OutputTensor
+from ..types import FINAL_FLAG, ExecutionRecord, InferResponse, OutputTensor
 from .model import ModelVersion
 from .validation import build_outputs
 
 __all__ = ["FINAL_FLAG", "stream_responses"]
 
-FINAL_FLAG = "triton_final_response"
 ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
 
 

@@ -17,7 +17,6 @@ from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..telemetry.logs import LogControl
 from ..telemetry.spans import RequestTrace, begin_request
 from ..telemetry.tracing import Tracing
-from ..types import InferRequest
 from .codec import (
     decode_infer_request,
     decode_load_request,
@@ -44,14 +43,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
-
-
-def _decode(request: pb.ModelInferRequest) -> InferRequest:
-    """Decoding faults carry the request id prefix too, as every other request error."""
-    try:
-        return decode_infer_request(request)
-    except ServerError as exc:
-        raise exc.with_request_id(request.id) from None
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -203,7 +194,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         try:
             record = None if trace is None else trace.record
-            async for response in self._core.stream_infer(_decode(request), record):
+            async for response in self._core.stream_infer(decode_infer_request(request), record):
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, self._max_send)
                 )
