@@ -164,12 +164,22 @@ class ModelStats:
         if self.observer is not None:
             self.observer.observe_request(request_ns, queue_ns, timings)
 
-    def record_request_success(self, request_ns: int) -> None:
-        """A decoupled request whose responses all went out (timings are per response)."""
+    def record_request_success(
+        self, request_ns: int, queue_ns: int | None = None, timings: BatchTimings | None = None
+    ) -> None:
+        """A decoupled request whose responses all went out. Its queue and compute times
+        (the ``execute`` call, as Triton backends report them) count like any request's,
+        so tools that profile from these counters (perf_analyzer) work; its responses
+        are counted per index by ``record_response``."""
         self.success.add(request_ns)
+        if queue_ns is not None and timings is not None:
+            self.queue.add(queue_ns)
+            self.compute_input.add(timings.compute_input)
+            self.compute_infer.add(timings.compute_infer)
+            self.compute_output.add(timings.compute_output)
         self.last_inference_ms = self.wall_ms()
         if self.observer is not None:
-            self.observer.observe_request(request_ns, None, None)
+            self.observer.observe_request(request_ns, queue_ns, timings)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """Hits count as successes and (zero-length) queue entries, never as executions."""

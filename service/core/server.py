@@ -24,12 +24,17 @@ from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented (Triton's extension names).
+# Only what is actually implemented (Triton's extension names, in its order; classification
+# and the shared-memory extensions are not, and so are not advertised). binary_tensor_data
+# is the REST gateway's; parameters: request parameters reach the models.
 EXTENSIONS: tuple[str, ...] = (
-    "model_configuration",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
     "statistics",
 )
 
@@ -158,13 +163,16 @@ class InferenceServer:
         with self._inflight, model.lease():
             job = prepare_job(model, request)
             enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
+            outcome = _DecoupledOutcome(model, start)
             try:
-                async for response in stream_responses(model, job, request.id, enable, record):
+                async for response in stream_responses(
+                    model, job, request.id, enable, record, outcome.executed
+                ):
                     yield response
             except ServerError as exc:
                 _count_failure(model, exc, start)
                 raise
-            model.stats.record_request_success(time.monotonic_ns() - start)
+            outcome.answered()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response. A decoupled model is refused, as Triton's ModelInfer
@@ -221,6 +229,36 @@ class InferenceServer:
         return await asyncio.to_thread(
             cache_key, model.name, model.version, job.inputs, job.outputs
         )
+
+
+class _DecoupledOutcome:
+    """Counts a decoupled request's success once both its final response has gone out
+    and its execution's timings are known, whichever comes last (a model may send its
+    final response from ``execute`` or long after it returned)."""
+
+    __slots__ = ("_done", "_model", "_result", "_start")
+
+    def __init__(self, model: ModelVersion, start: int) -> None:
+        self._model = model
+        self._start = start
+        self._done = False
+        self._result: ExecutionResult | None = None
+
+    def executed(self, result: ExecutionResult) -> None:
+        self._result = result
+        if self._done:
+            self._record()
+
+    def answered(self) -> None:
+        self._done = True
+        if self._result is not None:
+            self._record()
+
+    def _record(self) -> None:
+        result = self._result
+        assert result is not None
+        elapsed = time.monotonic_ns() - self._start
+        self._model.stats.record_request_success(elapsed, result.queue_ns, result.timings)
 
 
 def _count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
