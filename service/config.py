@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,8 +110,10 @@ def _flag(parser: argparse.ArgumentParser, name: str, default: bool, text: str) 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    invoked = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     parser = argparse.ArgumentParser(
-        prog="python -m service",
+        # As run: the console script (tritonserver), or python -m service.
+        prog=invoked if invoked and invoked != "__main__.py" else "python -m service",
         description="Triton / KServe v2 compatible inference server (gRPC).",
     )
     add = parser.add_argument

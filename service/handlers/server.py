@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from typing import Any
 
 import grpc
@@ -44,6 +46,24 @@ class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
 
 
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails with "address in use" (other failures are left
+    to grpc to report)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -88,8 +108,17 @@ class GrpcFrontend:
         enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
-        """Bind and start; returns the bound port (useful with --grpc-port 0)."""
+        """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
+        use raises OSError with Triton's one-line message (checked before grpc binds, so
+        that grpc's own log lines do not repeat it)."""
         address = f"{self._config.grpc_address}:{self._config.grpc_port}"
+        config = self._config
+        if (
+            config.grpc_port
+            and not config.grpc_reuse_port
+            and _in_use(config.grpc_address, config.grpc_port)
+        ):
+            raise OSError(f"failed to start GRPC service: Socket '{address}' already in use")
         try:
             if self._credentials is not None:
                 port = self._server.add_secure_port(address, self._credentials)

@@ -270,7 +270,9 @@ class EnsembleScheduler:
             try:
                 outputs = await _Run(self, job).execute()
             except ServerError as exc:
-                raise type(exc)(f"in ensemble '{self._config.name}', {exc.message}") from None
+                # Triton counts every failure of an ensemble request under OTHER.
+                message = f"in ensemble '{self._config.name}', {exc.message}"
+                raise type(exc)(message, failure="OTHER") from None
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)
