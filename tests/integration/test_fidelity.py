@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import queue
 import shutil
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,7 +23,7 @@ from operations_support import (
     metrics_port,
     scrape,
 )
-from server_process import REPO_ROOT, ServerProcess
+from server_process import REPO_ROOT, LoggedProcess, ServerProcess
 
 REPEAT_IO = """
 input [
@@ -250,3 +252,38 @@ def test_failure_metric_has_triton_reasons(server: ServerProcess) -> None:
         "OTHER": 0,
     }
     assert fail.count == sum(after.values())
+
+
+# --------------------------------------------------------------------------- a new user's start
+
+
+def test_serve_script_serves_only_the_repository_it_is_given(tmp_path: Path) -> None:
+    """scripts/serve.sh --model-repository DIR serves DIR alone (the embedded repository
+    only when none is given) and logs Triton's model table before the endpoints."""
+    shutil.copytree(REPO_ROOT / "tests" / "python_models" / "add_sub", tmp_path / "add_sub")
+    args = ["bash", str(REPO_ROOT / "scripts" / "serve.sh"), "--model-repository", str(tmp_path)]
+    args += ["--grpc-address", "127.0.0.1", "--grpc-port", "0"]
+    args += ["--metrics-address", "127.0.0.1", "--metrics-port", "0"]
+    with LoggedProcess(args, env={"SERVE_GATEWAY": "0"}) as proc:
+        with grpcclient.InferenceServerClient(proc.url) as client:
+            index = client.get_model_repository_index(as_json=True)["models"]
+        assert [m["name"] for m in index] == ["add_sub"]
+        table = proc.log[proc.log.index("+-----") : proc.log.index("Started GRPCInferenceService")]
+        assert "| Model   | Version | Status |" in table
+        assert "| add_sub | 1       | READY  |" in table
+        assert proc.stop() == 0
+
+
+def test_a_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ServerProcess([tmp_path], extra_args=["--grpc-port", str(port)])
+        with pytest.raises(RuntimeError, match="server exited with 1"):
+            server.start()
+    errors = [line for line in server.log.splitlines() if line.startswith("E")]
+    assert len(errors) == 1, server.log
+    assert errors[0].endswith(
+        f"failed to start GRPC service: Socket '127.0.0.1:{port}' already in use"
+    )

@@ -369,7 +369,7 @@ async def test_failed_first_load_leaves_an_unavailable_entry(repo: Path) -> None
     async with manager([repo]) as m:
         with pytest.raises(
             InvalidArgument,
-            match="^load failed for model 'broken': version 1 is at UNAVAILABLE state: ",
+            match=r"^load failed for model 'broken': version 1 is at UNAVAILABLE state: ",
         ):
             await m.load("broken")
         [(version, state, reason)] = states(m)["broken"]
