@@ -15,6 +15,7 @@ from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
+from .parameters import backend_parameters
 
 __all__ = ["build_outputs", "prepare_job"]
 
@@ -35,6 +36,7 @@ _BATCH_NOTE = (
 
 
 def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
+    parameters = backend_parameters(request.parameters)  # Triton checks these first
     given: dict[str, InputTensor] = {}
     for tensor in request.inputs:
         if tensor.name in given:
@@ -60,6 +62,7 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
         correlation_id=_correlation_id(model, request),
         sequence_start=_flag(model, request, "sequence_start"),
         sequence_end=_flag(model, request, "sequence_end"),
+        parameters=parameters,
     )
 
 

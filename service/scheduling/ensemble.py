@@ -195,7 +195,8 @@ class _Run:
         try:
             async for response in self.s.runner.stream_infer(request):
                 final = response.parameters.get(FINAL_FLAG, True) is True
-                self.events.put_nowait((index, response, final))
+                # A flags-only final (empty) carries no tensors: it only ends the step.
+                self.events.put_nowait((index, response if response.outputs else None, final))
         except ServerError as exc:
             self.events.put_nowait((index, exc, True))
             return
@@ -299,19 +300,23 @@ class EnsembleScheduler:
                 if data is not None
             ],
             outputs=[RequestedOutput(name) for name in step.output_map],
-            parameters=self._sequence_parameters(job),
+            parameters=self._step_parameters(job),
         )
 
     @staticmethod
-    def _sequence_parameters(job: Job) -> dict[str, ParameterValue]:
-        """Sequence models inside an ensemble get the caller's sequence parameters."""
-        if job.correlation_id is None:
-            return {}
-        return {
-            "sequence_id": job.correlation_id,
-            "sequence_start": job.sequence_start,
-            "sequence_end": job.sequence_end,
-        }
+    def _step_parameters(job: Job) -> dict[str, ParameterValue]:
+        """Every step gets the caller's parameters, sequence, priority and timeout, as
+        Triton's ensemble scheduler copies them into each step's request."""
+        parameters: dict[str, ParameterValue] = dict(job.parameters)
+        if job.correlation_id is not None:
+            parameters["sequence_id"] = job.correlation_id
+            parameters["sequence_start"] = job.sequence_start
+            parameters["sequence_end"] = job.sequence_end
+        if job.priority:
+            parameters["priority"] = job.priority
+        if job.timeout_us:
+            parameters["timeout"] = job.timeout_us
+        return parameters
 
     async def stop(self) -> None:
         self._stopping = True
