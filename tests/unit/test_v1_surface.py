@@ -61,3 +61,18 @@ def test_v1_health_answers_in_band(channel: grpc.Channel) -> None:
     bad = call(gs.HealthRequest(mode="sideways"), timeout=10)
     assert not bad.health
     assert bad.request_status.msg == "unknown health mode 'sideways'"
+
+
+def test_v1_reports_the_id_flag_when_given() -> None:
+    """--id replaces the 1.11 default "inference:0" in every v1 RequestStatus and Status."""
+    with (
+        ServerProcess(extra_args=["--id", "edge-7"]) as server,
+        grpc.insecure_channel(server.url) as chan,
+    ):
+        status = chan.unary_unary(
+            f"/{V1_SERVICE}/Status",
+            request_serializer=gs.StatusRequest.SerializeToString,
+            response_deserializer=gs.StatusResponse.FromString,
+        )(gs.StatusRequest(model_name="add_sub"), timeout=10)
+    assert status.request_status.server_id == "edge-7"
+    assert status.server_status.id == "edge-7"
