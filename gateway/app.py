@@ -27,7 +27,7 @@ from .errors import GatewayError
 from .handlers import Handlers
 from .messages import HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
-from .routes import Binding, Route, Router, load_routes
+from .routes import Binding, Route, Router, load_routes, load_v1_routes
 from .tracing import TRACED_RPCS, Tracing
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class GatewayApp:
 
     def __init__(self, config: GatewayConfig, routes: list[Route] | None = None) -> None:
         self.config = config
-        self.router = Router(routes if routes is not None else load_routes())
+        self.router = Router(routes if routes is not None else load_routes() + load_v1_routes())
         self.document = openapi_document(self.router.routes, _version())
         self._static = {
             b"/openapi.json": HttpResponse(200, orjson.dumps(self.document), [_JSON]),

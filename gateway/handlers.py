@@ -29,6 +29,7 @@ from .header_forward import forward_headers
 from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
+from .v1_http import V1Handlers
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
 __all__ = ["Handlers", "TraceSettingHook"]
@@ -55,6 +56,7 @@ class Handlers:
         self._on_trace_setting = on_trace_setting
         #: Called when a call finds the service unavailable (the channel reconnects).
         self._on_unavailable = on_unavailable
+        self._v1 = V1Handlers(channel, target)
 
     def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
@@ -63,6 +65,9 @@ class Handlers:
             return self._infer(params, request)
         if route.codec == hr.HTTP_CODEC_GENERATE:
             return self._generate(binding, params, request)
+        if route.codec == hr.HTTP_CODEC_V1:
+            status, out, headers = self._v1.handle(route, binding, params, request)
+            return HttpResponse(status, out, headers)
         body = None
         if binding.body and request.body.strip():
             body = load_json(request.body, "the request body")

@@ -74,6 +74,7 @@ class _Incoming:
         "http10",
         "keep_alive",
         "method",
+        "query",
         "size",
         "url",
     )
@@ -81,6 +82,7 @@ class _Incoming:
     def __init__(self) -> None:
         self.method = "GET"
         self.url = b"/"
+        self.query = b""
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
         self.size = 0
@@ -183,7 +185,9 @@ class Connection:
         if incoming is None:
             return
         parser = self._parser
-        incoming.url = self._url
+        # The path routes; the query string goes along undecoded (as Triton's frontend,
+        # which routes on the URI's path).
+        incoming.url, _, incoming.query = self._url.partition(b"?")
         incoming.method = parser.get_method().decode("ascii", "replace")
         incoming.keep_alive = parser.should_keep_alive()
         incoming.http10 = parser.get_http_version() == "1.0"
@@ -252,6 +256,7 @@ class Connection:
                 chunks = incoming.chunks
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 request = HttpRequest(incoming.method, incoming.url, incoming.headers, body)
+                request.query = incoming.query
                 if server.log_requests:
                     log.debug("HTTP request: %s %s", request.method, request.raw_path.decode())
                 response = server.handler(request)

@@ -36,6 +36,8 @@ class HttpRequest:
     metadata: tuple[tuple[str, str], ...] = ()
     #: The gateway's span for this request when it is traced (inference routes only).
     trace: RequestSpan | None = None
+    #: The query string, undecoded (only the v1 API reads it: ``?format=``).
+    query: bytes = b""
 
 
 @dataclass(slots=True)

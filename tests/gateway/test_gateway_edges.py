@@ -190,6 +190,16 @@ def test_chunked_transfer_encoding_with_content_length(gw: GatewayProcess) -> No
     assert answer.endswith(data)
 
 
+def test_query_parameters_do_not_change_the_route(gw: GatewayProcess) -> None:
+    """tritonclient.http sends ``query_params`` as a query string; Triton routes on the
+    path alone."""
+    assert http_request(gw.url, "GET", "/v2/health/ready?probe=1").status == 200
+    data = np.arange(4, dtype=np.float32).tobytes()
+    headers = {"Inference-Header-Content-Length": "0"}
+    reply = http_request(gw.url, "POST", "/v2/models/fp32_one/infer?x=y", data, headers)
+    assert reply.status == 200 and _binary_output(reply) == data
+
+
 def test_expect_100_continue_is_answered_promptly(gw: GatewayProcess) -> None:
     body = json.dumps(
         {"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}

@@ -40,6 +40,7 @@ def echo(request: HttpRequest) -> HttpResponse:
     doc = {
         "method": request.method,
         "path": path,
+        "query": request.query.decode(),
         "body": request.body.decode("latin-1"),
         "headers": request.headers,
     }
@@ -156,6 +157,7 @@ def test_keep_alive_and_pipelining_answer_in_order(server: tuple[HttpServer, int
     assert json.loads(third[2]) | {"headers": {}} == {
         "method": "POST",
         "path": "/three",
+        "query": "",
         "body": "hi",
         "headers": {},
     }
@@ -169,6 +171,14 @@ def test_a_response_is_one_write_with_date_and_length(server: tuple[HttpServer, 
     assert status == 200 and int(headers["content-length"]) == len(body)
     assert headers["date"].endswith("GMT")
     assert json.loads(body)["headers"]["a"] == "1"  # a repeated header: the first, as Triton
+
+
+def test_the_query_string_is_not_part_of_the_path(server: tuple[HttpServer, int]) -> None:
+    """tritonclient.http's ``query_params`` append one; routing sees only the path."""
+    status, _, body = _exchange(server[1], b"GET /x/y?a=1&b=%20 HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert status == 200
+    doc = json.loads(body)
+    assert (doc["path"], doc["query"]) == ("/x/y", "a=1&b=%20")
 
 
 def test_http10_closes_after_the_answer(server: tuple[HttpServer, int]) -> None:
