@@ -9,7 +9,8 @@ Exception tree::
     ├── InvalidArgument     bad tensors, shapes, datatypes, parameters
     ├── NotFound            unknown model or version
     ├── Unavailable         model not ready, server shutting down
-    ├── ResourceExhausted   message too large, queue full
+    │   └── Rejected        a queue policy's timeout expired (Triton's reason REJECTED)
+    ├── ResourceExhausted   message too large
     ├── Unimplemented       RPC or feature a later release provides
     ├── Cancelled           the caller went away
     └── Internal            backend failure (carries the backend's message)
@@ -25,6 +26,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "NotFound",
+    "Rejected",
     "ResourceExhausted",
     "ServerError",
     "Unavailable",
@@ -70,6 +72,10 @@ class NotFound(ServerError):
 
 class Unavailable(ServerError):
     code = ErrorCode.UNAVAILABLE
+
+
+class Rejected(Unavailable):
+    """A queued request whose timeout expired under a REJECT policy: failure reason REJECTED."""
 
 
 class ResourceExhausted(ServerError):

@@ -13,10 +13,11 @@ import pytest
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.errors import Internal, ResourceExhausted, Unavailable
+from service.errors import Internal, Rejected, Unavailable
 from service.scheduling.base import Job
 from service.scheduling.default import DefaultScheduler
 from service.scheduling.dynamic import DynamicBatchScheduler
+from service.scheduling.factory import create_scheduler
 from service.scheduling.instances import InstancePool, InstanceWorker
 from service.statistics import ModelStats
 
@@ -170,7 +171,7 @@ async def test_deadline_while_queued_counts_as_cancelled() -> None:
     await scheduler.stop()
 
 
-async def test_queue_full_is_resource_exhausted() -> None:
+async def test_queue_full_is_unavailable_with_the_request_id() -> None:
     busy = Doubler(delay=0.2)
     cfg = config(max_batch=1)
     cfg.dynamic_batching.default_queue_policy.max_queue_size = 1
@@ -181,8 +182,13 @@ async def test_queue_full_is_resource_exhausted() -> None:
     await asyncio.sleep(0.02)
     waiting = asyncio.create_task(scheduler.submit(request(2)))
     await asyncio.sleep(0.01)
-    with pytest.raises(ResourceExhausted, match="Exceeds maximum queue size"):
+    with pytest.raises(Unavailable) as full:
         await scheduler.submit(request(3))
+    assert full.value.message == "[request id: <id_unknown>] Exceeds maximum queue size"
+    named = request(4)
+    named.request_id = "r4"
+    with pytest.raises(Unavailable, match=r"^\[request id: r4\] Exceeds maximum queue size$"):
+        await scheduler.submit(named)
     await asyncio.gather(running, waiting)
     await scheduler.stop()
 
@@ -196,7 +202,7 @@ async def test_timeout_reject_fails_the_queued_request() -> None:
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
     await asyncio.sleep(0.02)
-    with pytest.raises(Unavailable, match="Request timeout expired"):
+    with pytest.raises(Rejected, match=r"^Request timeout expired$"):
         await scheduler.submit(request(2))
     await running
     assert busy.batches == [1]
@@ -294,4 +300,93 @@ async def test_default_scheduler_counts_requests_cancelled_while_waiting() -> No
         await asyncio.wait_for(scheduler.submit(request(2)), timeout=0.05)
     await running
     assert busy.batches == [1] and stats.cancelled == 1
+    await scheduler.stop()
+
+
+async def test_a_rejected_request_fails_at_once_even_with_preserve_ordering() -> None:
+    busy = Doubler(delay=0.4)
+    cfg = config(max_batch=1, preserve_ordering=True)
+    cfg.dynamic_batching.default_queue_policy.default_timeout_microseconds = 50_000
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.sleep(0.02)
+    with pytest.raises(Rejected, match=r"^Request timeout expired$"):
+        await scheduler.submit(request(2))
+    # Triton answers a rejection directly, not through the ordered response queue.
+    assert not running.done()
+    await running
+    await scheduler.stop()
+
+
+async def test_a_delayed_request_runs_after_its_level_but_before_lower_levels() -> None:
+    busy = Doubler(delay=0.15)
+    cfg = config(max_batch=1, priority_levels=2, default_priority_level=2)
+    policy = cfg.dynamic_batching.priority_queue_policy[1]
+    policy.timeout_action = mc.ModelQueuePolicy.DELAY
+    policy.default_timeout_microseconds = 50_000
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    order: list[float] = []
+
+    async def call(value: float, priority: int) -> None:
+        job = request(value)
+        job.priority = priority
+        await scheduler.submit(job)
+        order.append(value)
+
+    first = asyncio.create_task(call(0, 2))
+    await asyncio.sleep(0.02)
+    late = asyncio.create_task(call(1, 1))  # expires while the instance is busy
+    low = asyncio.create_task(call(2, 2))
+    await asyncio.sleep(0.1)
+    fresh = asyncio.create_task(call(3, 1))
+    await asyncio.gather(first, late, low, fresh)
+    assert order == [0, 3, 1, 2]
+    await scheduler.stop()
+
+
+async def test_factory_checks_and_completes_the_batching_config() -> None:
+    pool = InstancePool([InstanceWorker(Doubler())])
+    cfg = config(max_batch=8)
+    scheduler = create_scheduler(cfg, pool, ModelStats())
+    assert isinstance(scheduler, DynamicBatchScheduler)
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [8]  # as Triton reports it
+    await scheduler.stop()
+    bad = config(max_batch=8, preferred_batch_size=[16])
+    with pytest.raises(ValueError, match="preferred size must be <= max batch size for m"):
+        create_scheduler(bad, InstancePool([InstanceWorker(Doubler())]), ModelStats())
+
+
+async def test_max_batch_size_zero_keeps_priorities_with_batches_of_one() -> None:
+    busy = Doubler(delay=0.1)
+    cfg = config(max_batch=0, priority_levels=2, default_priority_level=2)
+    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(busy)]), ModelStats())
+    assert isinstance(scheduler, DynamicBatchScheduler)
+    order: list[float] = []
+
+    async def call(value: float, priority: int) -> None:
+        job = Job({"X": np.full((3,), value, np.float32)}, ["Y"], 0, priority=priority)
+        result = await scheduler.submit(job)
+        assert result.outputs["Y"].shape == (3,)
+        order.append(value)
+
+    first = asyncio.create_task(call(0, 2))
+    await asyncio.sleep(0.02)
+    await asyncio.gather(first, call(1, 2), call(2, 1))
+    assert order == [0, 2, 1] and busy.batches == [3, 3, 3]
+    await scheduler.stop()
+
+
+async def test_huge_priority_levels_load_and_serve() -> None:
+    cfg = config(max_batch=4, priority_levels=2**64 - 1, default_priority_level=2**32)
+    start = time.monotonic()
+    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(Doubler())]), ModelStats())
+    assert time.monotonic() - start < 1.0
+    job = request(1)
+    job.priority = 2**64 - 1
+    result = await scheduler.submit(job)
+    assert float(result.outputs["Y"][0, 0]) == 2.0
     await scheduler.stop()
