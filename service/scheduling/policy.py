@@ -79,36 +79,37 @@ class BatchPolicy:
         return key
 
     def decide(self, pending: Iterable[Job], now_ns: int) -> Decision:
+        jobs = iter(pending)
+        first = next(jobs, None)
+        if first is None:
+            return Decision()
         limit = self.max_batch_size
         largest = self._largest
         sizes = self._sizes
-        total = count = 0  # the pending batch
-        best = 0  # jobs in the marked prefix (0: none marked)
+        shape_key = self._key if self.ragged else Job.shape_key
+        key = shape_key(first)
+        total = first.size  # the pending batch: its size, its jobs
+        count = 1
+        best = 1 if total in sizes else 0  # jobs in the marked prefix (0: none marked)
         send_now = False
-        oldest: int | None = None
-        closest: int | None = None  # nearest request timeout in the pending batch
-        key: ShapeKey | None = None
-        for job in pending:
-            size = job.size
-            if count == 0:
-                key = self._key(job)
-            else:
-                if total + size > largest and best == 0:
-                    best = count
-                if total + size > limit or self._key(job) != key:
-                    send_now = True
-                    break
-            total += size
+        oldest = first.enqueue_ns
+        closest = first.deadline_ns  # nearest request timeout in the pending batch
+        for job in jobs:
+            grown = total + job.size
+            if grown > largest and not best:
+                best = count
+            if grown > limit or shape_key(job) != key:
+                send_now = True
+                break
+            total = grown
             count += 1
-            if oldest is None or job.enqueue_ns < oldest:
+            if job.enqueue_ns < oldest:
                 oldest = job.enqueue_ns
             deadline = job.deadline_ns
             if deadline is not None and (closest is None or deadline < closest):
                 closest = deadline
             if total in sizes:
                 best = count
-        if oldest is None:
-            return Decision()
         delay = self.max_queue_delay_ns
         age = now_ns - oldest
         exceeded = delay != 0 and age >= delay

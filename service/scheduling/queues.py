@@ -214,14 +214,17 @@ class PriorityQueues:
     def drop_done(self) -> list[Job]:
         """Remove jobs whose caller is gone (future done) and return them."""
         dropped: list[Job] = []
-        for key in list(self._order):
-            level = self._levels[key]
+        for level in self._levels.values():
             if any(j.future is not None and j.future.done() for j in level.queue):
                 level.queue = _without_done(level.queue, dropped)
-            if any(j.future is not None and j.future.done() for j in level.delayed):
+            if level.delayed and any(
+                j.future is not None and j.future.done() for j in level.delayed
+            ):
                 level.delayed = _without_done(level.delayed, dropped)
-            self._close_if_unused(key)
-        self._size -= len(dropped)
+        if dropped:
+            self._size -= len(dropped)
+            for key in list(self._order):
+                self._close_if_unused(key)
         return dropped
 
     def pop(self, count: int) -> list[Job]:

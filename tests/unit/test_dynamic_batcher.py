@@ -380,13 +380,30 @@ async def test_max_batch_size_zero_keeps_priorities_with_batches_of_one() -> Non
     await scheduler.stop()
 
 
-async def test_huge_priority_levels_load_and_serve() -> None:
-    cfg = config(max_batch=4, priority_levels=2**64 - 1, default_priority_level=2**32)
+async def test_huge_numeric_batcher_fields_load_and_serve() -> None:
+    cfg = config(
+        max_batch=4,
+        priority_levels=2**64 - 1,
+        default_priority_level=2**32,
+        max_queue_delay_microseconds=2**64 - 1,
+    )
+    policy = cfg.dynamic_batching.default_queue_policy
+    policy.max_queue_size = 2**32 - 1
+    policy.default_timeout_microseconds = 2**64 - 1
+    policy.allow_timeout_override = True
+    fake = Doubler()
     start = time.monotonic()
-    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(Doubler())]), ModelStats())
+    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(fake)]), ModelStats())
     assert time.monotonic() - start < 1.0
-    job = request(1)
-    job.priority = 2**64 - 1
-    result = await scheduler.submit(job)
-    assert float(result.outputs["Y"][0, 0]) == 2.0
+    jobs = [request(i) for i in range(4)]
+    for i, job in enumerate(jobs):
+        job.priority = [0, 1, 2**40, 2**64 - 1][i]
+        job.timeout_us = 2**64 - 1
+    # The first request arms a timer for the (practically endless) queue delay; the fourth
+    # reaches the preferred size (max_batch_size) and all four go at once.
+    first = asyncio.create_task(scheduler.submit(jobs[0]))
+    await asyncio.sleep(0.02)
+    results = await asyncio.gather(first, *(scheduler.submit(j) for j in jobs[1:]))
+    assert fake.batches == [4]
+    assert [float(r.outputs["Y"][0, 0]) for r in results] == [0.0, 2.0, 4.0, 6.0]
     await scheduler.stop()
