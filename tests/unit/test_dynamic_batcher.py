@@ -407,3 +407,54 @@ async def test_huge_numeric_batcher_fields_load_and_serve() -> None:
     assert fake.batches == [4]
     assert [float(r.outputs["Y"][0, 0]) for r in results] == [0.0, 2.0, 4.0, 6.0]
     await scheduler.stop()
+
+
+class RequestEcho:
+    """A request backend (as Python models are): Y = X per request; records each call."""
+
+    def __init__(self) -> None:
+        self.spec = InstanceSpec("echo_0", "KIND_CPU", 0, 1)
+        self.calls: list[list[tuple[int, ...]]] = []
+
+    def signature(self) -> None:
+        return None
+
+    def execute_requests(self, requests: Sequence[Any], senders: Sequence[Any]) -> None:
+        self.calls.append([tuple(r.inputs["X"].shape) for r in requests])
+        for request, sender in zip(requests, senders, strict=True):
+            sender.send({"Y": request.inputs["X"]}, final=True)
+
+    def close(self) -> None:
+        pass
+
+
+def ragged_config(ragged: bool) -> mc.ModelConfig:
+    cfg = config(max_batch=8)
+    cfg.input.add(name="X", data_type=mc.TYPE_FP32, dims=[-1], allow_ragged_batch=ragged)
+    return cfg
+
+
+@pytest.mark.parametrize("ragged", [True, False])
+async def test_ragged_inputs_share_a_batch_only_on_request_backends(ragged: bool) -> None:
+    echo = RequestEcho()
+    scheduler = DynamicBatchScheduler(
+        ragged_config(ragged), InstancePool([InstanceWorker(echo)]), ModelStats(), delay_count=2
+    )
+    narrow = Job({"X": np.zeros((1, 3), np.float32)}, ["Y"], 1)
+    wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
+    await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
+    # Triton enforces equal shapes only for variable-size inputs that are not ragged.
+    assert echo.calls == ([[(1, 3), (1, 5)]] if ragged else [[(1, 3)], [(1, 5)]])
+    await scheduler.stop()
+
+
+async def test_tensor_backends_never_merge_different_shapes_even_if_ragged() -> None:
+    fake = Doubler()
+    scheduler = DynamicBatchScheduler(
+        ragged_config(True), InstancePool([InstanceWorker(fake)]), ModelStats(), delay_count=2
+    )
+    narrow = Job({"X": np.zeros((1, 3), np.float32)}, ["Y"], 1)
+    wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
+    await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
+    assert fake.batches == [1, 1]  # one merged tensor needs equal shapes
+    await scheduler.stop()
