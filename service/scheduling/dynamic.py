@@ -86,12 +86,12 @@ class DynamicBatchScheduler:
         queues = self._queues
         for _ in queues.drop_done():
             self._stats.record_cancelled()
-        if queues.has_timeouts:
-            self._reject(queues.reject_expired(now))
-        if self._delay_count:
+        if self._delay_count:  # Triton's test hook: nothing at all happens until N queued
             if len(queues) < self._delay_count:
                 return
             self._delay_count = 0
+        if queues.has_timeouts:
+            self._reject(queues.reject_expired(now))
         wait_until = None
         while len(queues) and self._pool.has_free:
             decision = self._policy.decide(queues.scan(now), now)
