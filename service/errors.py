@@ -50,6 +50,7 @@ class ServerError(Exception):
     """Base of every error that becomes a status with a message for the client."""
 
     code: ErrorCode = ErrorCode.INTERNAL
+    request_id_prefix = True  # False where Triton's text never carries one
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -57,7 +58,7 @@ class ServerError(Exception):
 
     def with_request_id(self, request_id: str) -> ServerError:
         """Prefix the message as Triton does, so clients matching on text keep working."""
-        if not request_id or self.message.startswith("[request id: "):
+        if not request_id or not self.request_id_prefix or self.message.startswith("[request id: "):
             return self
         return type(self)(f"[request id: {request_id}] {self.message}")
 
@@ -75,7 +76,11 @@ class Unavailable(ServerError):
 
 
 class Rejected(Unavailable):
-    """A queued request whose timeout expired under a REJECT policy: failure reason REJECTED."""
+    """A queued request whose timeout expired under a REJECT policy: failure reason REJECTED.
+
+    Triton answers it from the scheduler with a bare "Request timeout expired"."""
+
+    request_id_prefix = False
 
 
 class ResourceExhausted(ServerError):
