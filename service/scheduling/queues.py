@@ -71,7 +71,7 @@ class _Level:
         return len(self.queue) + len(self.delayed)
 
 
-def queue_full(job: Job) -> Unavailable:
+def _queue_full(job: Job) -> Unavailable:
     """Triton's text for a full level, with its request-id prefix (``<id_unknown>`` if none)."""
     return Unavailable(
         f"[request id: {job.request_id or '<id_unknown>'}] Exceeds maximum queue size"
@@ -86,6 +86,8 @@ def _without_done(queue: deque[Job], dropped: list[Job]) -> deque[Job]:
 
 
 class PriorityQueues:
+    """The requests a dynamic batcher holds, in serving order (see the module docstring)."""
+
     def __init__(
         self,
         levels: int = 0,
@@ -143,7 +145,7 @@ class PriorityQueues:
             level = self._open(key, self._default_policy, keep=False)
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
-            raise queue_full(job)
+            raise _queue_full(job)
         timeout = policy.timeout_us(job) if self.has_timeouts else 0
         job.deadline_ns = now_ns + timeout * 1000 if timeout else None
         level.queue.append(job)
