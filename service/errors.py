@@ -9,7 +9,6 @@ Exception tree::
     ├── InvalidArgument     bad tensors, shapes, datatypes, parameters
     ├── NotFound            unknown model or version
     ├── Unavailable         model not ready, server shutting down
-    │   └── Rejected        a queue policy's timeout expired (Triton's reason REJECTED)
     ├── ResourceExhausted   message too large
     ├── Unimplemented       RPC or feature a later release provides
     ├── Cancelled           the caller went away
@@ -26,12 +25,18 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "NotFound",
-    "Rejected",
     "ResourceExhausted",
     "ServerError",
     "Unavailable",
     "Unimplemented",
+    "request_prefix",
 ]
+
+
+def request_prefix(request_id: str) -> str:
+    """Triton's ``LogRequest()``, which starts the messages of the request checks its core
+    makes (shapes, sizes, counts, queue full); other errors carry no prefix."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 class ErrorCode(enum.Enum):
@@ -50,17 +55,20 @@ class ServerError(Exception):
     """Base of every error that becomes a status with a message for the client."""
 
     code: ErrorCode = ErrorCode.INTERNAL
-    request_id_prefix = True  # False where Triton's text never carries one
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, failure: str | None = None) -> None:
+        """``failure``: the statistics reason (``statistics.FAILURE_REASONS``) when the
+        model had accepted the request; None for a request refused before that, which
+        Triton does not count as a failure (bad input, full queue, unknown model)."""
         super().__init__(message)
         self.message = message
+        self.failure = failure
 
     def with_request_id(self, request_id: str) -> ServerError:
-        """Prefix the message as Triton does, so clients matching on text keep working."""
-        if not request_id or not self.request_id_prefix or self.message.startswith("[request id: "):
+        """Prefix the message with the request's id (where Triton does so)."""
+        if not request_id or self.message.startswith("[request id: "):
             return self
-        return type(self)(f"[request id: {request_id}] {self.message}")
+        return type(self)(f"[request id: {request_id}] {self.message}", failure=self.failure)
 
 
 class InvalidArgument(ServerError):
@@ -73,14 +81,6 @@ class NotFound(ServerError):
 
 class Unavailable(ServerError):
     code = ErrorCode.UNAVAILABLE
-
-
-class Rejected(Unavailable):
-    """A queued request whose timeout expired under a REJECT policy: failure reason REJECTED.
-
-    Triton answers it from the scheduler with a bare "Request timeout expired"."""
-
-    request_id_prefix = False
 
 
 class ResourceExhausted(ServerError):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from inference import model_config_pb2 as mc
 
 from ..backends.base import RequestInstance
-from ..errors import Rejected, ServerError, Unavailable
+from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
@@ -68,7 +68,7 @@ class DynamicBatchScheduler:
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
         loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
-        self._queues.push(job, job.enqueue_ns)  # may raise ResourceExhausted
+        self._queues.push(job, job.enqueue_ns)  # may refuse: queue full
         job.future = loop.create_future()
         self._inflight += 1
         self._driver.wake()
@@ -113,7 +113,9 @@ class DynamicBatchScheduler:
     def _reject(jobs: list[Job]) -> None:
         """Timed-out requests fail at once, outside any preserve_ordering (as in Triton)."""
         for job in jobs:
-            DynamicBatchScheduler._fail(job, Rejected("Request timeout expired"))
+            DynamicBatchScheduler._fail(
+                job, Unavailable("Request timeout expired", failure="REJECTED")
+            )
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
         if self._preserve_ordering:  # responses leave in the order requests leave the queue

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
-from ..errors import Unavailable
+from ..errors import Unavailable, request_prefix
 from .base import Job
 
 __all__ = ["PriorityQueues", "QueuePolicy"]
@@ -72,10 +72,9 @@ class _Level:
 
 
 def _queue_full(job: Job) -> Unavailable:
-    """Triton's text for a full level, with its request-id prefix (``<id_unknown>`` if none)."""
-    return Unavailable(
-        f"[request id: {job.request_id or '<id_unknown>'}] Exceeds maximum queue size"
-    )
+    """Triton's code and text for a full level. Refused before the model accepted it, so
+    no failure statistic (``failure`` None), as in Triton."""
+    return Unavailable(f"{request_prefix(job.request_id)}Exceeds maximum queue size")
 
 
 def _without_done(queue: deque[Job], dropped: list[Job]) -> deque[Job]:

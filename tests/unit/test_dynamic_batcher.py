@@ -13,7 +13,7 @@ import pytest
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.errors import Internal, Rejected, Unavailable
+from service.errors import Internal, Unavailable
 from service.scheduling.base import Job
 from service.scheduling.default import DefaultScheduler
 from service.scheduling.dynamic import DynamicBatchScheduler
@@ -202,8 +202,9 @@ async def test_timeout_reject_fails_the_queued_request() -> None:
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
     await asyncio.sleep(0.02)
-    with pytest.raises(Rejected, match=r"^Request timeout expired$"):
+    with pytest.raises(Unavailable, match=r"^Request timeout expired$") as rejected:
         await scheduler.submit(request(2))
+    assert rejected.value.failure == "REJECTED"  # Triton's failure reason
     await running
     assert busy.batches == [1]
     await scheduler.stop()
@@ -312,7 +313,7 @@ async def test_a_rejected_request_fails_at_once_even_with_preserve_ordering() ->
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
     await asyncio.sleep(0.02)
-    with pytest.raises(Rejected, match=r"^Request timeout expired$"):
+    with pytest.raises(Unavailable, match=r"^Request timeout expired$"):
         await scheduler.submit(request(2))
     # Triton answers a rejection directly, not through the ordered response queue.
     assert not running.done()
