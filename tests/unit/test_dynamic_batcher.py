@@ -31,12 +31,15 @@ class Doubler:
         self.batches: list[int] = []
         self.fail = False
         self.started = threading.Event()
+        self.gate: threading.Event | None = None  # when set: executions wait for it
 
     def signature(self) -> Any:
         raise NotImplementedError
 
     def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
         self.started.set()
+        if self.gate is not None:
+            self.gate.wait(30)
         self.batches.append(len(inputs["X"]))
         time.sleep(self.delay)
         if self.fail:
@@ -305,30 +308,35 @@ async def test_default_scheduler_counts_requests_cancelled_while_waiting() -> No
 
 
 async def test_a_rejected_request_fails_at_once_even_with_preserve_ordering() -> None:
-    busy = Doubler(delay=0.4)
+    busy = Doubler()
+    busy.gate = threading.Event()
     cfg = config(max_batch=1, preserve_ordering=True)
     cfg.dynamic_batching.default_queue_policy.default_timeout_microseconds = 50_000
     scheduler = DynamicBatchScheduler(
         cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
-    await asyncio.sleep(0.02)
+    await asyncio.to_thread(busy.started.wait)
     with pytest.raises(Unavailable, match=r"^Request timeout expired$"):
         await scheduler.submit(request(2))
     # Triton answers a rejection directly, not through the ordered response queue.
     assert not running.done()
+    busy.gate.set()
     await running
     await scheduler.stop()
 
 
 async def test_a_delayed_request_runs_after_its_level_but_before_lower_levels() -> None:
-    busy = Doubler(delay=0.15)
+    busy = Doubler()
+    gate = threading.Event()
+    busy.gate = gate
     cfg = config(max_batch=1, priority_levels=2, default_priority_level=2)
     policy = cfg.dynamic_batching.priority_queue_policy[1]
     policy.timeout_action = mc.ModelQueuePolicy.DELAY
     policy.default_timeout_microseconds = 50_000
+    now = [10**12]
     scheduler = DynamicBatchScheduler(
-        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), lambda: now[0], delay_count=0
     )
     order: list[float] = []
 
@@ -339,11 +347,13 @@ async def test_a_delayed_request_runs_after_its_level_but_before_lower_levels() 
         order.append(value)
 
     first = asyncio.create_task(call(0, 2))
-    await asyncio.sleep(0.02)
-    late = asyncio.create_task(call(1, 1))  # expires while the instance is busy
-    low = asyncio.create_task(call(2, 2))
-    await asyncio.sleep(0.1)
+    await asyncio.to_thread(busy.started.wait)  # executing, held at the gate
+    late, low = asyncio.create_task(call(1, 1)), asyncio.create_task(call(2, 2))
+    await asyncio.sleep(0)
+    now[0] += 60_000_000  # "late" is past its 50 ms timeout; DELAY applies at the next scan
     fresh = asyncio.create_task(call(3, 1))
+    await asyncio.sleep(0)
+    gate.set()
     await asyncio.gather(first, late, low, fresh)
     assert order == [0, 3, 1, 2]
     await scheduler.stop()
@@ -362,7 +372,8 @@ async def test_factory_checks_and_completes_the_batching_config() -> None:
 
 
 async def test_max_batch_size_zero_keeps_priorities_with_batches_of_one() -> None:
-    busy = Doubler(delay=0.1)
+    busy = Doubler()
+    busy.gate = threading.Event()
     cfg = config(max_batch=0, priority_levels=2, default_priority_level=2)
     scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(busy)]), ModelStats())
     assert isinstance(scheduler, DynamicBatchScheduler)
@@ -375,8 +386,11 @@ async def test_max_batch_size_zero_keeps_priorities_with_batches_of_one() -> Non
         order.append(value)
 
     first = asyncio.create_task(call(0, 2))
-    await asyncio.sleep(0.02)
-    await asyncio.gather(first, call(1, 2), call(2, 1))
+    await asyncio.to_thread(busy.started.wait)
+    later = [asyncio.create_task(call(1, 2)), asyncio.create_task(call(2, 1))]
+    await asyncio.sleep(0.01)  # both queued behind the held execution
+    busy.gate.set()
+    await asyncio.gather(first, *later)
     assert order == [0, 2, 1] and busy.batches == [3, 3, 3]
     await scheduler.stop()
 
