@@ -175,23 +175,27 @@ async def test_deadline_while_queued_counts_as_cancelled() -> None:
 
 
 async def test_queue_full_is_unavailable_with_the_request_id() -> None:
-    busy = Doubler(delay=0.2)
+    busy = Doubler()
+    busy.gate = threading.Event()  # the first request holds the only instance until opened
     cfg = config(max_batch=1)
     cfg.dynamic_batching.default_queue_policy.max_queue_size = 1
     scheduler = DynamicBatchScheduler(
         cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
-    await asyncio.sleep(0.02)
+    assert await asyncio.to_thread(busy.started.wait, 30)
     waiting = asyncio.create_task(scheduler.submit(request(2)))
-    await asyncio.sleep(0.01)
-    with pytest.raises(Unavailable) as full:
-        await scheduler.submit(request(3))
-    assert full.value.message == "[request id: <id_unknown>] Exceeds maximum queue size"
-    named = request(4)
-    named.request_id = "r4"
-    with pytest.raises(Unavailable, match=r"^\[request id: r4\] Exceeds maximum queue size$"):
-        await scheduler.submit(named)
+    await asyncio.sleep(0)  # queued: the queue is now full
+    try:
+        with pytest.raises(Unavailable) as full:
+            await scheduler.submit(request(3))
+        assert full.value.message == "[request id: <id_unknown>] Exceeds maximum queue size"
+        named = request(4)
+        named.request_id = "r4"
+        with pytest.raises(Unavailable, match=r"^\[request id: r4\] Exceeds maximum queue size$"):
+            await scheduler.submit(named)
+    finally:
+        busy.gate.set()
     await asyncio.gather(running, waiting)
     await scheduler.stop()
 
