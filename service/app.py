@@ -15,6 +15,7 @@ from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
+from .handlers.inprocess import LocalCore, LocalLogs, LocalTracing
 from .handlers.server import GrpcFrontend
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
@@ -81,7 +82,12 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         )
         metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
     try:
-        frontend = GrpcFrontend(core, config, logs=logs, tracing=tracing)
+        frontend = GrpcFrontend(
+            LocalCore(core),
+            config,
+            logs=LocalLogs(logs) if logs is not None else None,
+            tracing=LocalTracing(tracing),
+        )
         metrics_port = (
             await metrics.start(config.metrics.address, config.metrics.port) if metrics else 0
         )

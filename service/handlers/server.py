@@ -13,9 +13,7 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..config import ServerConfig, TlsConfig
-from ..core.server import InferenceServer
-from ..telemetry.logs import LogControl
-from ..telemetry.tracing import Tracing
+from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .servicer import InferenceServicer
 
@@ -31,13 +29,13 @@ class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
     """Service "" answers whether the process serves (liveness); the inference service's
     name answers ServerReady (readiness, with --strict-readiness), computed per Check."""
 
-    def __init__(self, core: InferenceServer) -> None:
+    def __init__(self, core: CoreApi) -> None:
         super().__init__()
         self._core = core
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if request.service == SERVICE_NAME:
-            ready = self._core.is_ready()
+            ready = await self._core.is_ready()
             status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
             return health_pb2.HealthCheckResponse(status=status)
         return await super().Check(request, context)
@@ -61,19 +59,23 @@ class GrpcFrontend:
 
     def __init__(
         self,
-        core: InferenceServer,
+        core: CoreApi,
         config: ServerConfig,
         *,
-        logs: LogControl | None = None,
-        tracing: Tracing | None = None,
+        logs: LogSettingsApi | None = None,
+        tracing: RequestTracing | None = None,
+        reuse_port: bool = False,
+        quiet: bool = False,
     ) -> None:
+        """``reuse_port``: several frontend processes share the port (``--frontends``);
+        ``quiet``: one of several frontends, which leaves the start-up lines to the parent."""
         self._config = config
         self._credentials = _credentials(config.tls) if config.tls is not None else None
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", config.grpc_max_message_bytes),
-                ("grpc.so_reuseport", 1 if config.grpc_reuse_port else 0),
+                ("grpc.so_reuseport", 1 if config.grpc_reuse_port or reuse_port else 0),
             ]
         )
         self._servicer = InferenceServicer(
@@ -82,7 +84,8 @@ class GrpcFrontend:
         self._health = _Health(core)
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted)
-            log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
+            if not quiet:
+                log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
