@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,15 @@ class ServerConfig:
     trace: TraceSettings = field(default_factory=TraceSettings)
     tls: TlsConfig | None = None
     restricted: tuple[RestrictedProtocol, ...] = ()
+    frontends: int = 0  # gRPC frontend processes over one engine process; 0: one process
+
+
+def default_frontends() -> int:
+    """One frontend process per core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def _bool(text: str) -> bool:
@@ -120,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         dest="model_repositories",
         help="model repository folder (repeatable)",
+    )
+    add(
+        "--frontends",
+        type=int,
+        default=default_frontends(),
+        help="gRPC frontend processes, all on the gRPC port, over one engine process that "
+        "owns the models (default: one per core); 0: everything in this one process",
     )
     add("--grpc-address", default="0.0.0.0", help="address to bind")
     add("--grpc-port", type=int, default=8001, help="0 picks a free port")
@@ -289,6 +306,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--repository-poll-secs must be positive")
     if args.log_verbose < 0:
         parser.error("--log-verbose must be >= 0")
+    if not 0 <= args.frontends <= 256:
+        parser.error("--frontends must be in 0..256")
     if args.metrics_interval_ms <= 0:
         parser.error("--metrics-interval-ms must be positive")
     try:
@@ -331,4 +350,5 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         trace=trace,
         tls=tls,
         restricted=restricted,
+        frontends=args.frontends,
     )
