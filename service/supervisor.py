@@ -103,6 +103,7 @@ class Supervisor:
             f"frontend-{index}", run_frontend, self._config, index, self._address, self._port
         )
         self._frontends[index] = _Frontend(index, process, conn)
+        log.info("frontend %d started (pid %s)", index, process.pid)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals.append(signum)
@@ -144,6 +145,7 @@ class Supervisor:
         self._engine, self._engine_conn = self._spawn(
             "engine", run_engine, self._config, self._address
         )
+        log.info("engine started (pid %s)", self._engine.pid)
         metrics_port = 0
         while True:
             ready = self._wait()
@@ -198,9 +200,10 @@ class Supervisor:
                 elif slot.conn in ready:
                     try:
                         slot.conn.recv()
-                        slot.serving = True
                     except EOFError:
-                        pass  # its sentinel follows
+                        continue  # its sentinel follows
+                    slot.serving = True
+                    log.info("frontend %d (pid %s) serving", slot.index, slot.process.pid)
 
     def _replace(self, slot: _Frontend) -> None:
         slot.process.join()
