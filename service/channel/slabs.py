@@ -45,6 +45,11 @@ class Arena:
     def blocks_in_use(self) -> int:
         return len(self._class_of)
 
+    @property
+    def carved(self) -> int:
+        """Bytes ever carved from the arena: bounded by the peak of concurrent use."""
+        return self._top
+
     def alloc(self, nbytes: int) -> int:
         """A block of at least ``nbytes``: its offset, or -1 when none is free."""
         cls = max(_MIN_CLASS, (nbytes - 1).bit_length())
