@@ -104,6 +104,10 @@ class EngineClient:
         return self._arena.in_use
 
     @property
+    def slab_bytes_carved(self) -> int:
+        return self._arena.carved
+
+    @property
     def inflight(self) -> int:
         return len(self._pending)
 
