@@ -71,6 +71,18 @@ _REQ_OUTPUTS = _REQUEST.index("outputs")
 _RAW = _INPUT.index("raw")
 _RESP_OUTPUTS = _RESPONSE.index("outputs")
 _EMPTY = np.zeros((), dtype=np.uint8)
+_SHAPES: dict[tuple[int, ...], Any] = {}  # shape -> a zero-byte array of that shape
+
+
+def _shape_carrier(shape: tuple[int, ...]) -> Any:
+    """An array with ``shape`` and no memory (for ``OutputTensor.shape``); cached, since
+    a model's output shapes repeat and making one costs more than the rest of a decode."""
+    carrier = _SHAPES.get(shape)
+    if carrier is None:
+        if len(_SHAPES) >= 4096:
+            _SHAPES.clear()
+        carrier = _SHAPES[shape] = np.broadcast_to(_EMPTY, shape)
+    return carrier
 
 
 def _place(arena: Arena, data: bytes | memoryview, blocks: list[int]) -> Any:
@@ -150,6 +162,6 @@ def decode_response(values: list[Any], arena: ArenaMap, freed: list[int]) -> Inf
             offset, size = data
             data = bytes(arena.block(offset, size))
             freed.append(offset)
-        outputs.append(OutputTensor(name, datatype, np.broadcast_to(_EMPTY, shape), data))
+        outputs.append(OutputTensor(name, datatype, _shape_carrier(shape), data))
     values[_RESP_OUTPUTS] = outputs
     return InferResponse(**dict(zip(_RESPONSE, values, strict=True)))
