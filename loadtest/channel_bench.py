@@ -22,7 +22,6 @@ import asyncio
 import multiprocessing
 import os
 import pickle
-import socket
 import sys
 import tempfile
 import time
