@@ -240,10 +240,9 @@ class Supervisor:
         return 1
 
     def _end_frontends(self, seconds: float) -> None:
+        """They exit by themselves once the engine has drained or is gone; past
+        ``seconds`` they are killed (they ignore SIGTERM: the engine leads a stop)."""
         deadline = time.monotonic() + seconds
-        for slot in self._frontends.values():
-            if slot.process.is_alive():
-                slot.process.terminate()
         for slot in self._frontends.values():
             slot.process.join(max(0.0, deadline - time.monotonic()))
             if slot.process.is_alive():

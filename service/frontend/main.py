@@ -30,7 +30,10 @@ def run_frontend(
     config: ServerConfig, index: int, address: str, port: int, parent: Connection
 ) -> None:
     """Process entry point (spawned by the supervisor)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the supervisor leads the stop
+    # Ctrl-C reaches the whole process group, and a service manager may signal every
+    # process of the group: the engine leads the stop, a frontend exits when told.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         logs = LogControl(config.log)
     except OSError as exc:
@@ -73,7 +76,7 @@ async def _serve(
             logs=RemoteLogs(client) if client.state.get("logs") is not None else None,
             tracing=tracing,
             reuse_port=True,
-            quiet=True,
+            quiet=index != 1,  # start-up notes once, from the first frontend
         )
         await frontend.start()
     except OSError as exc:
