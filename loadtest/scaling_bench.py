@@ -37,6 +37,19 @@ ROOT = Path(__file__).resolve().parents[1]
 ADD_SUB = ROOT / "service" / "default_repository" / "add_sub"
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
 MODELS = {"add_sub": "", "add_sub_batch": "dynamic_batching { max_queue_delay_microseconds: 500 }"}
+IDENTITY = """backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+MIB_FLOATS = 1 << 18  # 1 MiB of FP32
+#: (label, model, concurrency, tensor elements)
+SCENARIOS = [
+    ("add_sub c=64", "add_sub", 64, 16),
+    ("add_sub c=8", "add_sub", 8, 16),
+    ("add_sub batching c=32", "add_sub_batch", 32, 16),
+    ("identity 1 MiB c=8", "identity", 8, MIB_FLOATS),
+]
 
 
 def write_repository(root: Path) -> None:
@@ -47,13 +60,18 @@ def write_repository(root: Path) -> None:
         text = config.replace('name: "add_sub"', f'name: "{name}"')
         text = text.replace("max_batch_size: 8", "max_batch_size: 64")
         (root / name / "config.pbtxt").write_text(text + extra + "\n")
+    (root / "identity" / "1").mkdir(parents=True)
+    (root / "identity" / "config.pbtxt").write_text(IDENTITY)
 
 
 def request_body(model: str, width: int = 16) -> bytes:
     data = np.ones((1, width), np.float32).tobytes()
     request = pb.ModelInferRequest(model_name=model)
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="FP32", shape=[1, width])
+    names = ("INPUT0",) if model == "identity" else ("INPUT0", "INPUT1")
+    for name in names:
+        request.inputs.add(
+            name=name, datatype="FP32", shape=[width] if model == "identity" else [1, width]
+        )
         request.raw_input_contents.append(data)
     message = request.SerializeToString()
     return b"\0" + len(message).to_bytes(4, "big") + message
@@ -171,19 +189,19 @@ def main() -> int:
         repo = Path(tmp) / "repo"
         write_repository(repo)
         bodies = {}
-        for model in MODELS:
-            bodies[model] = Path(tmp) / f"{model}.bin"
-            bodies[model].write_bytes(request_body(model))
+        for label, model, _, width in SCENARIOS:
+            bodies[label] = Path(tmp) / f"{len(bodies)}.bin"
+            bodies[label].write_bytes(request_body(model, width))
         for round_index in range(args.rounds):
             modes = args.modes if round_index % 2 == 0 else list(reversed(args.modes))
             for mode in modes:
                 server = Server(repo, mode)
                 try:
-                    for model, conc in (("add_sub", 64), ("add_sub", 8), ("add_sub_batch", 32)):
+                    for label, model, conc, _ in SCENARIOS:
                         streams = max(1, conc // args.connections)
                         conns = min(conc, args.connections)
-                        row = load_row(server, model, bodies[model], conns, streams, args.duration)
-                        rows.setdefault((mode, f"{model} c={conc}"), []).append(row)
+                        row = load_row(server, model, bodies[label], conns, streams, args.duration)
+                        rows.setdefault((mode, label), []).append(row)
                     p50 = p50_c1(server, "add_sub", args.latency_requests)
                     rows.setdefault((mode, "add_sub c=1"), []).append({"p50_ms": p50})
                 finally:
