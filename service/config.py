@@ -88,11 +88,19 @@ class ServerConfig:
 
 
 def default_frontends() -> int:
-    """One frontend process per core this process may run on."""
+    """One frontend process per core this process may use: the CPUs it may run on, or
+    fewer when its cgroup has a CPU quota (a container's CPU limit)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
 
 
 def _bool(text: str) -> bool:

@@ -223,3 +223,13 @@ def test_every_field_of_the_request_and_response_types_crosses() -> None:
     ]
     reader.close()
     back_arena.close()
+
+
+def test_frontends_flag(tmp_path: Path) -> None:
+    from service.config import default_frontends, parse_args
+
+    assert parse_args(["--model-repository", str(tmp_path)]).frontends == default_frontends()
+    assert parse_args(["--model-repository", str(tmp_path), "--frontends", "0"]).frontends == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--model-repository", str(tmp_path), "--frontends", "-1"])
+    assert 1 <= default_frontends() <= (os.cpu_count() or 1)
