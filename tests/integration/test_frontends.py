@@ -220,3 +220,31 @@ def test_tensors_small_and_large_cross_exactly(server: ServerProcess, width: int
         result = client.infer("slow", add_sub_inputs(a, b), client_timeout=30)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_log_settings_changed_through_one_frontend_apply_in_all(server: ServerProcess) -> None:
+    """The engine owns the settings and broadcasts them: with warnings off (set through
+    one connection), no frontend logs a request error; back on, every frontend does."""
+    clients = [_client(server.url) for _ in range(8)]
+
+    def fail_everywhere(tag: str) -> None:
+        for i, c in enumerate(clients):
+            with pytest.raises(InferenceServerException):
+                c.infer("no_such_model", [_int_input(1)], request_id=f"{tag}-{i}")
+
+    try:
+        clients[0].update_log_settings({"log_warning": False})
+        fail_everywhere("quiet")
+        clients[-1].update_log_settings({"log_warning": True})
+        assert clients[3].get_log_settings(as_json=True)["settings"]["log_warning"] == {
+            "bool_param": True
+        }
+        fail_everywhere("loud")
+        wait_for_log(server, "request id 'loud-7'")
+    finally:
+        for c in clients:
+            c.close()
+    assert "request id 'quiet-" not in server.log
+    loud = [line for line in server.log.splitlines() if "request id 'loud-" in line]
+    pids = {line.split()[2] for line in loud}
+    assert len(loud) == 8 and len(pids) >= 2, loud  # logged by more than one frontend
