@@ -129,15 +129,15 @@ def _output(tensor: OutputTensor, arena: Arena) -> tuple[Any, ...]:
     """(name, datatype, shape, wire bytes or block): the engine writes the block in
     place, so a large output is copied once, into shared memory."""
     array = tensor.array
-    shape = tuple(int(d) for d in array.shape)
+    shape = array.shape  # already a tuple of ints
     if tensor.datatype == "BYTES":
         data: Any = datatypes.serialize_bytes_tensor(array)
     elif array.nbytes <= INLINE_MAX:
-        data = np.ascontiguousarray(array).tobytes()
+        data = array.tobytes()  # C order whatever the layout
     else:
         offset = arena.alloc(array.nbytes)
         if offset < 0:
-            data = np.ascontiguousarray(array).tobytes()
+            data = array.tobytes()
         else:
             target = np.frombuffer(arena.view, np.uint8, array.nbytes, offset)
             np.copyto(target.view(array.dtype).reshape(array.shape), array, casting="no")
