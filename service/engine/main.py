@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from multiprocessing.connection import Connection
@@ -37,7 +38,11 @@ def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
         code = asyncio.run(_serve(config, address, parent, logs))
     finally:
         logs.close()
-    sys.exit(code)
+    # Models are unloaded and spans flushed within --exit-timeout-secs: an exporter still
+    # retrying in its thread, or the tracing SDK's exit hook waiting for it, must not hold
+    # the exit longer.
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _serve(config: ServerConfig, address: str, parent: Connection, logs: LogControl) -> int:

@@ -85,6 +85,7 @@ def _pids(server: ServerProcess, what: str) -> list[int]:
 
 
 def test_start_up_lines_appear_once(server: ServerProcess) -> None:
+    wait_for_log(server, "Started Metrics Service at")
     assert server.log.count("Started GRPCInferenceService at") == 1
     assert server.log.count("Started Metrics Service at") == 1
     assert len(_pids(server, "engine")) == 1
