@@ -15,6 +15,7 @@ from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
+from .core.status_table import model_table
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
 from .telemetry.gpu import GpuMetrics
@@ -44,7 +45,10 @@ class Runtime:
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(
-            self.models, strict_readiness=config.strict_readiness, cache=self.cache
+            self.models,
+            strict_readiness=config.strict_readiness,
+            cache=self.cache,
+            server_id=config.server_id,
         )
         self.tracing = Tracing(config.trace)
         self.models.attach_runner(TracingStepRunner(self.core, self.tracing))
@@ -60,6 +64,7 @@ class Runtime:
             log.error("%s", exc)
             await self.models.unload_all()
             return False
+        log.info("\n%s", model_table(self.models.index()))
         if self.mode is ControlMode.POLL:
             self._poller = asyncio.create_task(
                 self.models.poll_forever(self.config.repository_poll_secs)

@@ -10,6 +10,7 @@ SIGTERM/SIGINT hand the graceful stop to the engine, which leads the frontends t
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import os
@@ -54,6 +55,10 @@ def reserve_port(address: str, port: int) -> tuple[int, socket.socket]:
         try:
             probe.bind((address, port))
         except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:  # Triton's one line (handlers/server.py)
+                raise OSError(
+                    f"failed to start GRPC service: Socket '{address}:{port}' already in use"
+                ) from None
             raise OSError(f"unable to bind gRPC endpoint {address}:{port}: {exc}") from exc
         port = probe.getsockname()[1]
     holder = socket.socket(family, socket.SOCK_STREAM)
