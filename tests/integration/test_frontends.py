@@ -39,7 +39,8 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 
 
 def _repository(root: Path) -> Path:
-    """``slow``: add_sub whose batcher holds requests DELAY_S; ``square``: decoupled."""
+    """``slow``: add_sub whose batcher holds requests DELAY_S; ``plain``: add_sub;
+    ``square``: decoupled."""
     models.write_model(
         root,
         "slow",
@@ -51,6 +52,17 @@ def _repository(root: Path) -> Path:
             max_batch_size=64,
             extra=f"dynamic_batching {{ max_queue_delay_microseconds: {int(DELAY_S * 1e6)} "
             "preferred_batch_size: [ 64 ] }",
+        ),
+    )
+    models.write_model(
+        root,
+        "plain",
+        models.add_sub_model(),
+        models.make_config(
+            "plain",
+            [("INPUT0", "FP32", [-1]), ("INPUT1", "FP32", [-1])],
+            [("OUTPUT0", "FP32", [-1]), ("OUTPUT1", "FP32", [-1])],
+            max_batch_size=8,
         ),
     )
     (root / "square" / "1").mkdir(parents=True)
@@ -95,11 +107,11 @@ def test_start_up_lines_appear_once(server: ServerProcess) -> None:
 def test_statistics_are_the_engines_whichever_frontend_answers(server: ServerProcess) -> None:
     clients = [_client(server.url) for _ in range(8)]
     try:
-        before = clients[0].get_inference_statistics("square").model_stats[0].inference_count
+        before = clients[0].get_inference_statistics("plain").model_stats[0].inference_count
         for c in clients:
-            c.infer("square", [_int_input(1)])
+            c.infer("plain", _slow_inputs())
         counts = {
-            c.get_inference_statistics("square").model_stats[0].inference_count for c in clients
+            c.get_inference_statistics("plain").model_stats[0].inference_count for c in clients
         }
         assert counts == {before + len(clients)}
     finally:
@@ -181,8 +193,8 @@ def test_killed_frontend_fails_only_its_requests_and_is_replaced(repo: Path) -> 
         assert _alive(replacement)
         fresh = [_client(server.url) for _ in range(8)]
         for c in fresh:
-            out = c.infer("square", [_int_input(1)])
-            assert int(out.as_numpy("OUT")[0]) == 1
+            out = c.infer("plain", _slow_inputs())
+            assert out.as_numpy("OUTPUT0").tolist() == [[2.0] * 16]
         for c in clients + fresh:
             c.close()
 
