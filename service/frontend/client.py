@@ -274,6 +274,10 @@ class EngineClient:
         result: mc.ModelConfig = await self.call("model_config", name, version)
         return result
 
+    async def model_labels(self, name: str, version: str = "") -> dict[str, tuple[str, ...]]:
+        result: dict[str, tuple[str, ...]] = await self.call("model_labels", name, version)
+        return result
+
     async def repository_index(
         self, repository_name: str = "", ready: bool = False
     ) -> list[IndexEntry]:

@@ -47,6 +47,9 @@ class LocalCore:
     async def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.server.model_config(name, version)
 
+    async def model_labels(self, name: str, version: str = "") -> dict[str, tuple[str, ...]]:
+        return self.server.model_labels(name, version)
+
     async def repository_index(
         self, repository_name: str = "", ready: bool = False
     ) -> list[IndexEntry]:
