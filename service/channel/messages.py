@@ -153,6 +153,23 @@ def encode_response(response: InferResponse, arena: Arena) -> list[Any]:
     return values
 
 
+def _array(datatype: str, shape: tuple[int, ...], data: bytes) -> Any:
+    """The output's values over its wire bytes (no copy), for handlers that read them
+    (the v1 API's classification and batch splitting); BYTES are split into items."""
+    spec = datatypes.lookup(datatype)
+    try:
+        if datatype == "BYTES":
+            count = 1
+            for d in shape:
+                count *= d
+            return datatypes.deserialize_bytes_tensor(data, count).reshape(shape)
+        if spec is not None:
+            return np.frombuffer(data, dtype=spec.numpy).reshape(shape)
+    except ValueError:
+        pass
+    return _shape_carrier(shape)
+
+
 def decode_response(values: list[Any], arena: ArenaMap, freed: list[int]) -> InferResponse:
     """Outputs come out as wire bytes (copied out of the arena; the block offsets go to
     ``freed`` for the engine to reuse); their arrays only carry the shape."""
@@ -162,6 +179,6 @@ def decode_response(values: list[Any], arena: ArenaMap, freed: list[int]) -> Inf
             offset, size = data
             data = bytes(arena.block(offset, size))
             freed.append(offset)
-        outputs.append(OutputTensor(name, datatype, _shape_carrier(shape), data))
+        outputs.append(OutputTensor(name, datatype, _array(datatype, shape, data), data))
     values[_RESP_OUTPUTS] = outputs
     return InferResponse(**dict(zip(_RESPONSE, values, strict=True)))
