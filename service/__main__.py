@@ -7,6 +7,7 @@ import sys
 
 from .app import serve
 from .config import parse_args
+from .supervisor import supervise
 from .telemetry.logs import LogControl
 
 
@@ -18,6 +19,8 @@ def main() -> int:
         print(f"error: cannot open log file: {exc}", file=sys.stderr)
         return 1
     try:
+        if config.frontends:
+            return supervise(config)
         return asyncio.run(serve(config, logs))
     finally:
         logs.close()

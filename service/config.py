@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -88,8 +89,25 @@ class ServerConfig:
     trace: TraceSettings = field(default_factory=TraceSettings)
     tls: TlsConfig | None = None
     restricted: tuple[RestrictedProtocol, ...] = ()
+    frontends: int = 0  # gRPC frontend processes over one engine process; 0: one process
     # --grpc-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
+
+
+def default_frontends() -> int:
+    """One frontend process per core this process may use: the CPUs it may run on, or
+    fewer when its cgroup has a CPU quota (a container's CPU limit)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
 
 
 def _bool(text: str) -> bool:
@@ -129,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         dest="model_repositories",
         help="model repository folder (repeatable)",
+    )
+    add(
+        "--frontends",
+        type=int,
+        default=default_frontends(),
+        help="gRPC frontend processes, all on the gRPC port, over one engine process that "
+        "owns the models (default: one per core); 0: everything in this one process",
     )
     add("--id", default=SERVER_ID, dest="server_id", help="identifier for this server")
     add("--grpc-address", default="0.0.0.0", help="address to bind")
@@ -305,6 +330,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--repository-poll-secs must be positive")
     if args.log_verbose < 0:
         parser.error("--log-verbose must be >= 0")
+    if not 0 <= args.frontends <= 256:
+        parser.error("--frontends must be in 0..256")
     if args.metrics_interval_ms <= 0:
         parser.error("--metrics-interval-ms must be positive")
     try:
@@ -348,6 +375,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         trace=trace,
         tls=tls,
         restricted=restricted,
+        frontends=args.frontends,
         header_forward=_header_forward(parser, args),
     )
 

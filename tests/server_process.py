@@ -19,6 +19,9 @@ from typing import Self
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVICE_PYTHON = os.environ.get("SERVICE_PYTHON", str(REPO_ROOT / ".venv" / "bin" / "python"))
 DEFAULT_REPOSITORY = REPO_ROOT / "service" / "default_repository"
+#: Process layout of test servers: ``--frontends`` (0: one process). scripts/test.sh runs
+#: a part of the suite again with SERVICE_FRONTENDS=2 (the engine / frontends split).
+FRONTENDS = os.environ.get("SERVICE_FRONTENDS", "0")
 
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
 
@@ -142,6 +145,8 @@ class ServerProcess(LoggedProcess):
         # Port 0 for metrics too, so test servers never race for Triton's default 8002.
         args = [SERVICE_PYTHON, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"]
         args += ["--metrics-address", "127.0.0.1", "--metrics-port", "0"]
+        if not any(a == "--frontends" or a.startswith("--frontends=") for a in extra_args):
+            args += ["--frontends", FRONTENDS]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
         super().__init__([*args, *extra_args], env)

@@ -194,7 +194,7 @@ def _too_large(model: str, size: int, max_bytes: int) -> ResourceExhausted:
 
 def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelInferResponse:
     """Raises ResourceExhausted, naming the model, when the message would exceed the limit."""
-    raw = [_raw(o.datatype, o.array) for o in response.outputs]
+    raw = [o.wire if o.wire is not None else _raw(o.datatype, o.array) for o in response.outputs]
     size = sum(len(r) for r in raw)
     if size > max_bytes:
         raise _too_large(response.model_name, size, max_bytes).with_request_id(response.id)

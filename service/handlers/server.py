@@ -17,9 +17,7 @@ from trtis import grpc_service_pb2_grpc as v1_grpc
 
 from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
-from ..core.server import InferenceServer
-from ..telemetry.logs import LogControl
-from ..telemetry.tracing import Tracing
+from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
@@ -41,12 +39,12 @@ class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
     never looks at the name. Watch (which Triton leaves unimplemented) streams the status
     ``set_serving`` sets for "" and the inference service."""
 
-    def __init__(self, core: InferenceServer) -> None:
+    def __init__(self, core: CoreApi) -> None:
         super().__init__()
         self._core = core
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        ready = self._core.is_ready()
+        ready = await self._core.is_ready()
         status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
 
@@ -87,19 +85,24 @@ class GrpcFrontend:
 
     def __init__(
         self,
-        core: InferenceServer,
+        core: CoreApi,
         config: ServerConfig,
         *,
-        logs: LogControl | None = None,
-        tracing: Tracing | None = None,
+        logs: LogSettingsApi | None = None,
+        tracing: RequestTracing | None = None,
+        reuse_port: bool = False,
+        quiet: bool = False,
     ) -> None:
+        """``reuse_port``: several frontend processes share the port (``--frontends``);
+        ``quiet``: one of several frontends, which leaves the start-up lines to the parent."""
         self._config = config
+        self._reuse_port = reuse_port  # the supervisor checked the port and holds it
         self._credentials = _credentials(config.tls) if config.tls is not None else None
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", config.grpc_max_message_bytes),
-                ("grpc.so_reuseport", 1 if config.grpc_reuse_port else 0),
+                ("grpc.so_reuseport", 1 if config.grpc_reuse_port or reuse_port else 0),
             ]
         )
         self._servicer = InferenceServicer(
@@ -117,7 +120,8 @@ class GrpcFrontend:
         self._health = _Health(core)
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
-            log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
+            if not quiet:
+                log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
         v1_grpc.add_GRPCServiceServicer_to_server(self._v1, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -131,7 +135,7 @@ class GrpcFrontend:
         config = self._config
         if (
             config.grpc_port
-            and not config.grpc_reuse_port
+            and not (config.grpc_reuse_port or self._reuse_port)
             and _in_use(config.grpc_address, config.grpc_port)
         ):
             raise OSError(f"failed to start GRPC service: Socket '{address}' already in use")

@@ -13,11 +13,8 @@ import grpc
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-from ..core.server import InferenceServer
+from ..core.api import CoreApi, LogSettingsApi, RequestTracing, TraceScope
 from ..errors import InvalidArgument, ServerError, Unimplemented
-from ..telemetry.logs import LogControl
-from ..telemetry.spans import RequestTrace, begin_request
-from ..telemetry.tracing import Tracing
 from ..types import InferRequest
 from .codec import (
     decode_infer_request,
@@ -59,11 +56,11 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
-        core: InferenceServer,
+        core: CoreApi,
         max_send_bytes: int,
         *,
-        logs: LogControl | None = None,
-        tracing: Tracing | None = None,
+        logs: LogSettingsApi | None = None,
+        tracing: RequestTracing | None = None,
         header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._core = core
@@ -86,25 +83,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Context
     ) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self._core.is_live())
+        return pb.ServerLiveResponse(live=await self._core.is_live())
 
     @grpc_errors
     async def ServerReady(
         self, request: pb.ServerReadyRequest, context: Context
     ) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._core.is_ready())
+        return pb.ServerReadyResponse(ready=await self._core.is_ready())
 
     @grpc_errors
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Context
     ) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self._core.model_ready(request.name, request.version))
+        return pb.ModelReadyResponse(
+            ready=await self._core.model_ready(request.name, request.version)
+        )
 
     @grpc_errors
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Context
     ) -> pb.ServerMetadataResponse:
-        response = encode_server_metadata(self._core.metadata())
+        response = encode_server_metadata(await self._core.metadata())
         response.extensions.extend(e for e in self._extensions if e not in response.extensions)
         return response
 
@@ -112,13 +111,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Context
     ) -> pb.ModelMetadataResponse:
-        return encode_model_metadata(self._core.model_metadata(request.name, request.version))
+        return encode_model_metadata(await self._core.model_metadata(request.name, request.version))
 
     @grpc_errors
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: Context
     ) -> pb.ModelConfigResponse:
-        return pb.ModelConfigResponse(config=self._core.model_config(request.name, request.version))
+        return pb.ModelConfigResponse(
+            config=await self._core.model_config(request.name, request.version)
+        )
 
     @grpc_errors
     async def ModelInfer(
@@ -126,7 +127,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelInferResponse:
         tracing = self._tracing
         if tracing is not None and tracing.active:  # the one check while tracing is off
-            trace = begin_request(tracing, "ModelInfer", request, context.invocation_metadata())
+            trace = tracing.begin("ModelInfer", request, context.invocation_metadata())
             if trace is not None:
                 with trace:
                     response = await self._core.infer(self._request(request, context))
@@ -142,11 +143,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             forward_headers(self._header_forward, context.invocation_metadata() or (), decoded)
         return decoded
 
-    def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> RequestTrace | None:
+    def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> TraceScope | None:
         tracing = self._tracing
         if tracing is None or not tracing.active:
             return None
-        return begin_request(tracing, "ModelStreamInfer", request, context.invocation_metadata())
+        return tracing.begin("ModelStreamInfer", request, context.invocation_metadata())
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -209,7 +210,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self,
         request: pb.ModelInferRequest,
         context: Context,
-        trace: RequestTrace | None = None,
+        trace: TraceScope | None = None,
         codes: bool = False,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Every response of one request (several for decoupled models), errors in-band
@@ -262,13 +263,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        return encode_model_statistics(self._core.model_statistics(request.name, request.version))
+        return encode_model_statistics(
+            await self._core.model_statistics(request.name, request.version)
+        )
 
     @grpc_errors
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Context
     ) -> pb.RepositoryIndexResponse:
-        entries = self._core.repository_index(request.repository_name, request.ready)
+        entries = await self._core.repository_index(request.repository_name, request.ready)
         return encode_repository_index(entries)
 
     @grpc_errors
@@ -321,9 +324,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if self._tracing is None:
             raise _not_yet("TraceSetting", "trace")
         model = request.model_name
-        if model and not self._core.model_ready(model):
+        if model and not await self._core.model_ready(model):
             raise InvalidArgument(f"Request for unknown model : {model}")
-        settings = self._tracing.update(decode_trace_settings(request), model)
+        settings = await self._tracing.update_settings(decode_trace_settings(request), model)
         return encode_trace_settings(settings)
 
     @grpc_errors
@@ -332,4 +335,4 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.LogSettingsResponse:
         if self._logs is None:
             raise _not_yet("LogSettings", "logging")
-        return encode_log_settings(self._logs.update(decode_log_settings(request)))
+        return encode_log_settings(await self._logs.update_settings(decode_log_settings(request)))

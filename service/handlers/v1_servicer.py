@@ -27,7 +27,7 @@ from trtis import request_status_pb2 as rs
 from trtis import server_status_pb2 as ss
 
 from .. import __version__
-from ..core.server import InferenceServer
+from ..core.api import CoreApi
 from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..statistics import Duration
 from .header_forward import forward_headers
@@ -51,7 +51,7 @@ _INTERNAL = "internal error in {rpc}"
 class V1Servicer(gs_grpc.GRPCServiceServicer):
     def __init__(
         self,
-        core: InferenceServer,
+        core: CoreApi,
         max_send_bytes: int,
         server_id: str = V1_SERVER_ID,
         *,
@@ -131,9 +131,9 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
     async def Health(self, request: gs.HealthRequest, context: Context) -> gs.HealthResponse:
         async def work(request_id: int) -> gs.HealthResponse:
             if request.mode == "live":
-                health = self._core.is_live()
+                health = await self._core.is_live()
             elif request.mode == "ready":
-                health = self._core.is_ready()
+                health = await self._core.is_ready()
             else:
                 return gs.HealthResponse(
                     request_status=rs.RequestStatus(
@@ -155,7 +155,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
 
     async def Status(self, request: gs.StatusRequest, context: Context) -> gs.StatusResponse:
         async def work(request_id: int) -> gs.StatusResponse:
-            status = self._server_status(request.model_name)
+            status = await self._server_status(request.model_name)
             return gs.StatusResponse(request_status=self._status(request_id), server_status=status)
 
         return await self._answer(
@@ -166,8 +166,8 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
             self._api.status,
         )
 
-    def _server_status(self, model_name: str) -> ss.ServerStatus:
-        entries = self._core.repository_index()
+    async def _server_status(self, model_name: str) -> ss.ServerStatus:
+        entries = await self._core.repository_index()
         if model_name:
             entries = [e for e in entries if e.name == model_name]
             if not entries:
@@ -175,8 +175,8 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         configs = {}
         for name in dict.fromkeys(e.name for e in entries):
             with contextlib.suppress(ServerError):  # none of it ready: no config to show
-                configs[name] = self._core.model_config(name)
-        stats = self._core.model_statistics(model_name) if configs or not model_name else []
+                configs[name] = await self._core.model_config(name)
+        stats = await self._core.model_statistics(model_name) if configs or not model_name else []
         ready = ss.SERVER_EXITING if self._exiting else ss.SERVER_READY
         facts = StatusFacts(
             self._server_id, __version__, ready, time.monotonic_ns() - self._started
@@ -189,7 +189,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
     async def _infer(self, request: gs.InferRequest, context: Context) -> gs.InferResponse:
         async def work(request_id: int) -> gs.InferResponse:
             version = v1_version(request.model_version)
-            config = self._core.model_config(request.model_name, version)
+            config = await self._core.model_config(request.model_name, version)
             core_request = decode_v1_infer(request, config)
             if self._header_forward is not None:  # --grpc-header-forward-pattern, as v2
                 metadata = context.invocation_metadata() or ()
@@ -197,7 +197,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
             response = await self._core.infer(core_request)
             labels: dict[str, tuple[str, ...]] = {}
             if any(o.HasField("cls") for o in request.meta_data.output):
-                labels = self._core.model_labels(request.model_name, response.model_version)
+                labels = await self._core.model_labels(request.model_name, response.model_version)
             header, raw = encode_v1_infer(request, response, config, labels, self._max_send)
             return gs.InferResponse(
                 request_status=self._status(request_id), meta_data=header, raw_output=raw
@@ -282,7 +282,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
                         request_id=request_id,
                     )
                 )
-            names = dict.fromkeys(e.name for e in self._core.repository_index())
+            names = dict.fromkeys(e.name for e in await self._core.repository_index())
             index = ss.ModelRepositoryIndex(
                 models=[ss.ModelRepositoryIndex.ModelEntry(name=n) for n in names]
             )

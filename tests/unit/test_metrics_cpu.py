@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.app import _joined
 from service.config import parse_args
+from service.runtime import _joined
 from service.statistics import ModelStats
 from service.telemetry.cpu import CpuMetrics, cpu_utilization, parse_meminfo, parse_stat
 from service.telemetry.metrics import MetricsRenderer

@@ -22,6 +22,7 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 from service.config import ServerConfig
 from service.core.lifecycle import ControlMode, ModelManager
 from service.core.server import InferenceServer
+from service.handlers.inprocess import LocalCore, LocalTracing
 from service.handlers.server import GrpcFrontend
 from service.telemetry.settings import TraceSettings
 from service.telemetry.spans import TracingStepRunner
@@ -109,7 +110,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     manager.attach_runner(TracingStepRunner(core, tracing))
     await manager.start()
     config = ServerConfig(model_repositories=(repo,), grpc_address="127.0.0.1", grpc_port=0)
-    frontend = GrpcFrontend(core, config, tracing=tracing)
+    frontend = GrpcFrontend(LocalCore(core), config, tracing=LocalTracing(tracing))
     port = await frontend.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield Rig(pb_grpc.GRPCInferenceServiceStub(channel), tracing, exporter)

@@ -1,0 +1,235 @@
+"""``--frontends 0 / 1 / 2`` side by side: throughput, server CPU per request, latency.
+
+h2load (Debian's ``nghttp2-client``: a C client, so the client costs the shared cores
+little) sends unary ModelInfer requests for add_sub ([1, 16] FP32 inputs, no batching,
+and the same with dynamic batching) over several connections; the kernel spreads the
+connections over the frontend processes. Server CPU is the whole process tree's
+(supervisor, engine, frontends; /proc) divided by the requests the server counted as
+successful (ModelStatistics, so gRPC errors that h2load would count as HTTP 200 are not
+in it). p50 at concurrency 1 comes from a sync gRPC client. Modes are interleaved round
+by round, so slow drift of a shared machine hits all of them. From the repository root:
+
+    .venv/bin/python loadtest/scaling_bench.py [--rounds 2] [--duration 8] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metrics import machine_busy_seconds, process_cpu_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+ADD_SUB = ROOT / "service" / "default_repository" / "add_sub"
+_STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
+MODELS = {"add_sub": "", "add_sub_batch": "dynamic_batching { max_queue_delay_microseconds: 500 }"}
+IDENTITY = """backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+MIB_FLOATS = 1 << 18  # 1 MiB of FP32
+#: (label, model, concurrency, tensor elements)
+SCENARIOS = [
+    ("add_sub c=64", "add_sub", 64, 16),
+    ("add_sub c=8", "add_sub", 8, 16),
+    ("add_sub batching c=32", "add_sub_batch", 32, 16),
+    ("identity 1 MiB c=8", "identity", 8, MIB_FLOATS),
+]
+
+
+def write_repository(root: Path) -> None:
+    config = (ADD_SUB / "config.pbtxt").read_text()
+    for name, extra in MODELS.items():
+        (root / name / "1").mkdir(parents=True)
+        shutil.copy(ADD_SUB / "1" / "model.onnx", root / name / "1" / "model.onnx")
+        text = config.replace('name: "add_sub"', f'name: "{name}"')
+        text = text.replace("max_batch_size: 8", "max_batch_size: 64")
+        (root / name / "config.pbtxt").write_text(text + extra + "\n")
+    (root / "identity" / "1").mkdir(parents=True)
+    (root / "identity" / "config.pbtxt").write_text(IDENTITY)
+
+
+def request_body(model: str, width: int = 16) -> bytes:
+    data = np.ones((1, width), np.float32).tobytes()
+    request = pb.ModelInferRequest(model_name=model)
+    names = ("INPUT0",) if model == "identity" else ("INPUT0", "INPUT1")
+    for name in names:
+        request.inputs.add(
+            name=name, datatype="FP32", shape=[width] if model == "identity" else [1, width]
+        )
+        request.raw_input_contents.append(data)
+    message = request.SerializeToString()
+    return b"\0" + len(message).to_bytes(4, "big") + message
+
+
+def tree_cpu(root_pid: int) -> float:
+    """CPU seconds of ``root_pid`` and every live descendant."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    tree = {root_pid}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(process_cpu_seconds(pid) or 0.0 for pid in tree)
+
+
+class Server:
+    def __init__(self, repo: Path, frontends: int) -> None:
+        args = [sys.executable, "-m", "service", "--model-repository", str(repo)]
+        args += ["--grpc-address", "127.0.0.1", "--grpc-port", "0", "--allow-metrics=false"]
+        args += ["--frontends", str(frontends)]
+        self.proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            match = _STARTED.search(line)
+            if match:
+                self.port = int(match.group(1))
+                break
+        else:
+            raise RuntimeError(f"server with --frontends {frontends} did not start")
+        self._drain = subprocess.Popen(["cat"], stdin=self.proc.stderr, stdout=subprocess.DEVNULL)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+
+    def successes(self, model: str) -> int:
+        stats = self.stub.ModelStatistics(pb.ModelStatisticsRequest(name=model))
+        return int(stats.model_stats[0].inference_stats.success.count)
+
+    def stop(self) -> int:
+        self.channel.close()
+        self.proc.terminate()
+        code = self.proc.wait(60)
+        self._drain.wait(10)
+        return code
+
+
+def h2load(port: int, body: Path, conns: int, streams: int, seconds: float) -> str:
+    args = ["h2load", f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"]
+    args += ["-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    args += ["-c", str(conns), "-m", str(streams), "-t", "1"]
+    args += ["-D", str(round(seconds)), "--warm-up-time", "1"]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def load_row(
+    server: Server, model: str, body: Path, conns: int, streams: int, seconds: float
+) -> dict[str, float]:
+    before_ok = server.successes(model)
+    busy0 = machine_busy_seconds() or 0.0
+    cpu0 = tree_cpu(server.proc.pid)
+    start = time.monotonic()
+    out = h2load(server.port, body, conns, streams, seconds)
+    elapsed = time.monotonic() - start
+    cpu = tree_cpu(server.proc.pid) - cpu0
+    busy = (machine_busy_seconds() or 0.0) - busy0
+    ok = server.successes(model) - before_ok
+    match = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
+    rps = float(match.group(2)) if match else float("nan")
+    # CPU and successes span warm-up + window; their ratio is the cost of one request.
+    return {
+        "rps": rps,
+        "cpu_ms_per_req": 1000 * cpu / max(ok, 1),
+        "server_cores": cpu / elapsed,
+        "others_cores": (busy - cpu) / elapsed,
+    }
+
+
+def p50_c1(server: Server, model: str, count: int) -> float:
+    data = np.ones((1, 16), np.float32).tobytes()
+    request = pb.ModelInferRequest(model_name=model)
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        request.raw_input_contents.append(data)
+    for _ in range(100):
+        server.stub.ModelInfer(request)
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        server.stub.ModelInfer(request)
+        times.append(time.perf_counter() - t0)
+    return 1000 * float(np.percentile(times, 50))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--latency-requests", type=int, default=2000)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows: dict[tuple[int, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        write_repository(repo)
+        bodies = {}
+        for label, model, _, width in SCENARIOS:
+            bodies[label] = Path(tmp) / f"{len(bodies)}.bin"
+            bodies[label].write_bytes(request_body(model, width))
+        for round_index in range(args.rounds):
+            modes = args.modes if round_index % 2 == 0 else list(reversed(args.modes))
+            for mode in modes:
+                server = Server(repo, mode)
+                try:
+                    for label, model, conc, _ in SCENARIOS:
+                        streams = max(1, conc // args.connections)
+                        conns = min(conc, args.connections)
+                        row = load_row(server, model, bodies[label], conns, streams, args.duration)
+                        rows.setdefault((mode, label), []).append(row)
+                    p50 = p50_c1(server, "add_sub", args.latency_requests)
+                    rows.setdefault((mode, "add_sub c=1"), []).append({"p50_ms": p50})
+                finally:
+                    code = server.stop()
+                    assert code == 0, f"server --frontends {mode} exited with {code}"
+    lines = [
+        f"scaling_bench: {os.cpu_count()} cores, h2load {args.connections} connections, "
+        f"{args.duration:.0f} s windows, {args.rounds} rounds (median of rounds)",
+        "",
+        "| --frontends | scenario | req/s | server CPU ms/req | server cores | others' cores "
+        "| p50 c=1 ms |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for (mode, scenario), items in sorted(rows.items()):
+        med = {k: float(np.median([r[k] for r in items])) for k in items[0]}
+        if "p50_ms" in med:
+            lines.append(f"| {mode} | {scenario} | | | | | {med['p50_ms']:.3f} |")
+        else:
+            lines.append(
+                f"| {mode} | {scenario} | {med['rps']:,.0f} | {med['cpu_ms_per_req']:.3f} | "
+                f"{med['server_cores']:.2f} | {med['others_cores']:.2f} | |"
+            )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

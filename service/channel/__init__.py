@@ -1,0 +1,1 @@
+"""What crosses between frontend processes and the engine: frames, descriptors, slabs."""

@@ -1,0 +1,184 @@
+"""The descriptors: requests and responses as plain tuples, tensor bytes as slab blocks.
+
+Requests, inputs, requested outputs and responses are encoded field by field from their
+dataclass definitions (``types.py``), so a field added there crosses without a change
+here; only the tensor bytes get special handling (``InputTensor.raw``, ``OutputTensor``'s
+array). A tensor's bytes are either inline (``bytes``, small or what no block could
+hold) or ``(offset, nbytes)`` in the writer's arena.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from .. import datatypes
+from ..types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
+from .slabs import INLINE_MAX, Arena, ArenaMap
+
+__all__ = [
+    "CALL",
+    "CANCEL",
+    "END",
+    "ERROR",
+    "EVENT",
+    "FREE",
+    "INFER",
+    "ITEM",
+    "REPLY",
+    "RESULT",
+    "STREAM",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
+# Frontend -> engine
+INFER = 1  # (INFER, rid, request, trace carrier or None)
+STREAM = 2  # (STREAM, rid, request, trace carrier or None)
+CANCEL = 3  # (CANCEL, rid)
+CALL = 4  # (CALL, rid, method name, args)
+FREE = 5  # (FREE, [offsets]): response blocks the frontend has copied out
+# Engine -> frontend; every rid ends with exactly one of RESULT, END, ERROR, REPLY
+RESULT = 11  # (RESULT, rid, response)
+ITEM = 12  # (ITEM, rid, response): one response of a stream
+END = 13  # (END, rid): the stream is complete
+ERROR = 14  # (ERROR, rid, exception or None when the request was cancelled)
+REPLY = 15  # (REPLY, rid, value)
+EVENT = 16  # (EVENT, kind, value): settings and shutdown broadcast to every frontend
+
+
+def _names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+_REQUEST = _names(InferRequest)
+_INPUT = _names(InputTensor)
+_OUTPUT_REQ = _names(RequestedOutput)
+# ``timings`` stays in the engine: spans are made there, where the timings are.
+_RESPONSE = [n for n in _names(InferResponse) if n != "timings"]
+
+_get_request = operator.attrgetter(*_REQUEST)
+_get_input = operator.attrgetter(*_INPUT)
+_get_output_req = operator.attrgetter(*_OUTPUT_REQ)
+_get_response = operator.attrgetter(*_RESPONSE)
+_REQ_INPUTS = _REQUEST.index("inputs")
+_REQ_OUTPUTS = _REQUEST.index("outputs")
+_RAW = _INPUT.index("raw")
+_RESP_OUTPUTS = _RESPONSE.index("outputs")
+_EMPTY = np.zeros((), dtype=np.uint8)
+_SHAPES: dict[tuple[int, ...], Any] = {}  # shape -> a zero-byte array of that shape
+
+
+def _shape_carrier(shape: tuple[int, ...]) -> Any:
+    """An array with ``shape`` and no memory (for ``OutputTensor.shape``); cached, since
+    a model's output shapes repeat and making one costs more than the rest of a decode."""
+    carrier = _SHAPES.get(shape)
+    if carrier is None:
+        if len(_SHAPES) >= 4096:
+            _SHAPES.clear()
+        carrier = _SHAPES[shape] = np.broadcast_to(_EMPTY, shape)
+    return carrier
+
+
+def _place(arena: Arena, data: bytes | memoryview, blocks: list[int]) -> Any:
+    """Inline bytes, or the block (offset, nbytes) ``data`` was copied into."""
+    size = len(data)
+    if size <= INLINE_MAX:
+        return data if isinstance(data, bytes) else bytes(data)
+    offset = arena.alloc(size)
+    if offset < 0:
+        return bytes(data)
+    arena.write(offset, data)
+    blocks.append(offset)
+    return (offset, size)
+
+
+def encode_request(request: InferRequest, arena: Arena, blocks: list[int]) -> list[Any]:
+    """``blocks`` collects the arena blocks used, to free once the engine is done."""
+    values = list(_get_request(request))
+    inputs = []
+    for tensor in request.inputs:
+        item = list(_get_input(tensor))
+        raw = item[_RAW]
+        if raw is not None:
+            item[_RAW] = _place(arena, raw, blocks)
+        inputs.append(item)
+    values[_REQ_INPUTS] = inputs
+    values[_REQ_OUTPUTS] = [_get_output_req(o) for o in request.outputs]
+    return values
+
+
+def decode_request(values: list[Any], arena: ArenaMap) -> InferRequest:
+    inputs = []
+    for item in values[_REQ_INPUTS]:
+        raw = item[_RAW]
+        if type(raw) is tuple:
+            item[_RAW] = arena.block(raw[0], raw[1])
+        inputs.append(InputTensor(*item))
+    values[_REQ_INPUTS] = inputs
+    values[_REQ_OUTPUTS] = [RequestedOutput(*o) for o in values[_REQ_OUTPUTS]]
+    return InferRequest(*values)
+
+
+def _output(tensor: OutputTensor, arena: Arena) -> tuple[Any, ...]:
+    """(name, datatype, shape, wire bytes or block): the engine writes the block in
+    place, so a large output is copied once, into shared memory."""
+    array = tensor.array
+    shape = array.shape  # already a tuple of ints
+    if tensor.datatype == "BYTES":
+        data: Any = datatypes.serialize_bytes_tensor(array)
+    elif array.nbytes <= INLINE_MAX:
+        data = array.tobytes()  # C order whatever the layout
+    else:
+        offset = arena.alloc(array.nbytes)
+        if offset < 0:
+            data = array.tobytes()
+        else:
+            target = np.frombuffer(arena.view, np.uint8, array.nbytes, offset)
+            np.copyto(target.view(array.dtype).reshape(array.shape), array, casting="no")
+            return (tensor.name, tensor.datatype, shape, (offset, array.nbytes))
+    if len(data) > INLINE_MAX:
+        data = _place(arena, data, [])
+    return (tensor.name, tensor.datatype, shape, data)
+
+
+def encode_response(response: InferResponse, arena: Arena) -> list[Any]:
+    values = list(_get_response(response))
+    values[_RESP_OUTPUTS] = [_output(t, arena) for t in response.outputs]
+    return values
+
+
+def _array(datatype: str, shape: tuple[int, ...], data: bytes) -> Any:
+    """The output's values over its wire bytes (no copy), for handlers that read them
+    (the v1 API's classification and batch splitting); BYTES are split into items."""
+    spec = datatypes.lookup(datatype)
+    try:
+        if datatype == "BYTES":
+            count = 1
+            for d in shape:
+                count *= d
+            return datatypes.deserialize_bytes_tensor(data, count).reshape(shape)
+        if spec is not None:
+            return np.frombuffer(data, dtype=spec.numpy).reshape(shape)
+    except ValueError:
+        pass
+    return _shape_carrier(shape)
+
+
+def decode_response(values: list[Any], arena: ArenaMap, freed: list[int]) -> InferResponse:
+    """Outputs come out as wire bytes (copied out of the arena; the block offsets go to
+    ``freed`` for the engine to reuse); their arrays only carry the shape."""
+    outputs = []
+    for name, datatype, shape, data in values[_RESP_OUTPUTS]:
+        if type(data) is tuple:
+            offset, size = data
+            data = bytes(arena.block(offset, size))
+            freed.append(offset)
+        outputs.append(OutputTensor(name, datatype, _array(datatype, shape, data), data))
+    values[_RESP_OUTPUTS] = outputs
+    return InferResponse(**dict(zip(_RESPONSE, values, strict=True)))

@@ -1,0 +1,117 @@
+"""Shared-memory slabs between a frontend process and the engine.
+
+Each direction has one arena, an anonymous memory file (``memfd``: nothing left in
+``/dev/shm`` when a process dies) that its writer allocates in and its reader maps:
+request inputs go into the frontend's arena, outputs into the arena the engine keeps for
+that frontend. The writer's allocator is local to its process (no cross-process lock):
+blocks come in power-of-two size classes, carved from the top of the arena and reused
+from per-class free lists, so pages touched once stay mapped and warm. A tensor that
+does not fit (larger than a quarter of the arena, or the arena full) travels inside the
+frame instead, so nothing ever fails for want of slab space.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+
+from ..backends.python.shm import anonymous_fd
+
+__all__ = ["DEFAULT_ARENA_BYTES", "INLINE_MAX", "Arena", "ArenaMap"]
+
+#: Per arena (virtual: pages cost memory only once touched).
+DEFAULT_ARENA_BYTES = 256 << 20
+#: Tensors up to this size ride inside the frame: copying them is cheaper than a block.
+INLINE_MAX = 16 << 10
+_MIN_CLASS = (INLINE_MAX + 1 - 1).bit_length()  # smallest block: 32 KiB
+
+
+class Arena:
+    """Writer side: allocates blocks in a memfd it created; ``fd`` goes to the reader."""
+
+    def __init__(self, size: int = DEFAULT_ARENA_BYTES, name: str = "tensor-slab") -> None:
+        self.size = size
+        self.fd = anonymous_fd(size)
+        self.memory = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED)
+        self.view = memoryview(self.memory)
+        self._top = 0
+        self._free: dict[int, list[int]] = {}
+        self._class_of: dict[int, int] = {}  # offset -> size class of a block in use
+        self._max_class = max(_MIN_CLASS, (size // 4).bit_length() - 1)
+        self.in_use = 0  # bytes in allocated blocks
+
+    @property
+    def blocks_in_use(self) -> int:
+        return len(self._class_of)
+
+    @property
+    def carved(self) -> int:
+        """Bytes ever carved from the arena: bounded by the peak of concurrent use."""
+        return self._top
+
+    def alloc(self, nbytes: int) -> int:
+        """A block of at least ``nbytes``: its offset, or -1 when none is free."""
+        cls = max(_MIN_CLASS, (nbytes - 1).bit_length())
+        if cls > self._max_class:
+            return -1
+        free = self._free.get(cls)
+        if free:
+            offset = free.pop()
+        elif self._top + (1 << cls) <= self.size:
+            offset = self._top
+            self._top += 1 << cls
+        else:
+            offset = self._larger(cls)
+            if offset < 0:
+                return -1
+            cls = self._class_of.pop(offset)
+        self._class_of[offset] = cls
+        self.in_use += 1 << cls
+        return offset
+
+    def _larger(self, cls: int) -> int:
+        """Arena carved to the top: lend a free block of a larger class, whole."""
+        for bigger in range(cls + 1, self._max_class + 1):
+            free = self._free.get(bigger)
+            if free:
+                offset = free.pop()
+                self._class_of[offset] = bigger
+                return offset
+        return -1
+
+    def free(self, offset: int) -> None:
+        cls = self._class_of.pop(offset)
+        self.in_use -= 1 << cls
+        self._free.setdefault(cls, []).append(offset)
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        self.view[offset : offset + len(data)] = data
+
+    def close(self) -> None:
+        self.view.release()
+        with contextlib.suppress(BufferError):  # a view still exists: GC unmaps it later
+            self.memory.close()
+        os.close(self.fd)
+
+
+class ArenaMap:
+    """Reader side: the peer's arena, mapped from the fd it sent; blocks are views."""
+
+    def __init__(self, fd: int, size: int, *, writable: bool = False) -> None:
+        try:
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            self.memory = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=prot)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.memory)
+
+    def block(self, offset: int, nbytes: int) -> memoryview:
+        return self.view[offset : offset + nbytes]
+
+    def close(self) -> None:
+        """Drop the mapping; views still held (a model thread reading inputs) keep the
+        memory alive until they are gone."""
+        with contextlib.suppress(BufferError):
+            self.view.release()
+            self.memory.close()

@@ -1,0 +1,1 @@
+"""The engine process: the one ``InferenceServer`` every frontend process talks to."""

@@ -1,0 +1,185 @@
+"""One frontend as the engine sees it: its channel, its slabs, its requests in flight.
+
+Each request is one task running the core's own ``infer`` / ``stream_infer``, so
+batching, sequences, statistics and model control behave exactly as in one process.
+Every request id ends with exactly one terminal message, also when it was cancelled:
+that is when the frontend may reuse the request's slab blocks. When the frontend goes
+away its requests are cancelled and its slabs dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from ..channel.framing import Channel
+from ..channel.messages import (
+    CALL,
+    CANCEL,
+    END,
+    ERROR,
+    FREE,
+    INFER,
+    ITEM,
+    REPLY,
+    RESULT,
+    STREAM,
+    decode_request,
+    encode_response,
+)
+from ..channel.slabs import Arena, ArenaMap
+from ..errors import Internal, ServerError
+from ..telemetry.spans import begin_request
+from ..telemetry.tracing import Tracing
+from ..types import InferRequest
+
+__all__ = ["FrontendConnection"]
+
+log = logging.getLogger(__name__)
+
+Calls = Callable[[str, tuple[Any, ...]], Any]
+
+
+def portable(exc: BaseException) -> BaseException:
+    """The exception as the frontend should raise it (it must survive pickling)."""
+    if isinstance(exc, ServerError):
+        return exc
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return Internal(str(exc))
+    return exc
+
+
+class FrontendConnection:
+    def __init__(
+        self,
+        name: str,
+        core: Any,
+        tracing: Tracing,
+        calls: Calls,
+        requests: ArenaMap,
+        responses: Arena,
+        on_closed: Callable[[FrontendConnection], None],
+    ) -> None:
+        self.name = name
+        self._core = core
+        self._tracing = tracing
+        self._calls = calls
+        self._requests = requests
+        self._responses = responses
+        self._on_closed = on_closed
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.channel = Channel(self._received, self._lost)
+        self.closed = asyncio.get_running_loop().create_future()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def response_slab_bytes(self) -> int:
+        return self._responses.in_use
+
+    def send(self, message: Any) -> None:
+        self.channel.send(message)
+
+    def _received(self, messages: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        for message in messages:
+            op = message[0]
+            if op == INFER:
+                rid = message[1]
+                request = decode_request(message[2], self._requests)
+                self._tasks[rid] = loop.create_task(self._infer(rid, request, message[3]))
+            elif op == STREAM:
+                rid = message[1]
+                request = decode_request(message[2], self._requests)
+                self._tasks[rid] = loop.create_task(self._stream(rid, request, message[3]))
+            elif op == FREE:
+                free = self._responses.free
+                for offset in message[1]:
+                    free(offset)
+            elif op == CANCEL:
+                task = self._tasks.get(message[1])
+                if task is not None:
+                    task.cancel()
+            elif op == CALL:
+                rid = message[1]
+                self._tasks[rid] = loop.create_task(self._call(rid, message[2], message[3]))
+            else:
+                log.error("frontend %s sent an unknown message %r", self.name, op)
+
+    async def _infer(self, rid: int, request: InferRequest, carrier: Any) -> None:
+        send = self.channel.send
+        try:
+            tracing = self._tracing
+            if tracing.active:
+                trace = begin_request(tracing, "ModelInfer", request, carrier)
+                if trace is not None:
+                    with trace:
+                        response = await self._core.infer(request)
+                        trace.executed(response.timings)
+                    send((RESULT, rid, encode_response(response, self._responses)))
+                    return
+            response = await self._core.infer(request)
+            send((RESULT, rid, encode_response(response, self._responses)))
+        except asyncio.CancelledError:
+            send((ERROR, rid, None))
+        except BaseException as exc:  # every request ends with an answer
+            send((ERROR, rid, portable(exc)))
+        finally:
+            del self._tasks[rid]
+
+    async def _stream(self, rid: int, request: InferRequest, carrier: Any) -> None:
+        send = self.channel.send
+        tracing = self._tracing
+        trace = (
+            begin_request(tracing, "ModelStreamInfer", request, carrier) if tracing.active else None
+        )
+        try:
+            if trace is None:
+                async for response in self._core.stream_infer(request):
+                    send((ITEM, rid, encode_response(response, self._responses)))
+            else:
+                with trace:
+                    try:
+                        async for response in self._core.stream_infer(request, trace.record):
+                            send((ITEM, rid, encode_response(response, self._responses)))
+                            trace.sent(response)
+                    except ServerError as exc:
+                        trace.fail(exc.message)
+                        raise
+            send((END, rid))
+        except asyncio.CancelledError:
+            send((ERROR, rid, None))
+        except BaseException as exc:
+            send((ERROR, rid, portable(exc)))
+        finally:
+            del self._tasks[rid]
+
+    async def _call(self, rid: int, name: str, args: tuple[Any, ...]) -> None:
+        try:
+            result = self._calls(name, args)
+            if asyncio.iscoroutine(result):
+                result = await result
+            self.channel.send((REPLY, rid, result))
+        except asyncio.CancelledError:
+            self.channel.send((ERROR, rid, None))
+        except BaseException as exc:
+            self.channel.send((ERROR, rid, portable(exc)))
+        finally:
+            del self._tasks[rid]
+
+    def _lost(self, exc: Exception | None) -> None:
+        """The frontend is gone: its requests are cancelled and its slabs dropped."""
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self._requests.close()
+        self._responses.close()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._on_closed(self)

@@ -1,0 +1,90 @@
+"""The engine process: runtime (models, core, metrics, tracing) behind the channel.
+
+Started by the supervisor (``supervisor.py``), which it tells when it is ready. SIGTERM
+from the supervisor starts the graceful stop, which the engine leads: readiness false and
+new inferences refused, in-flight requests drained, then every frontend told to close its
+streams and stop, then models unloaded. The supervisor's pipe closing (the parent died)
+stops the engine too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+from ..config import ServerConfig
+from ..runtime import Runtime
+from ..telemetry.logs import LogControl
+from .server import EngineServer
+
+__all__ = ["run_engine"]
+
+log = logging.getLogger("service")
+
+
+def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
+    """Process entry point (spawned)."""
+    try:
+        logs = LogControl(config.log)
+    except OSError as exc:
+        print(f"error: cannot open log file: {exc}", file=sys.stderr)
+        parent.send(("failed", 0))
+        sys.exit(1)
+    try:
+        code = asyncio.run(_serve(config, address, parent, logs))
+    finally:
+        logs.close()
+    # Models are unloaded and spans flushed within --exit-timeout-secs: an exporter still
+    # retrying in its thread, or the tracing SDK's exit hook waiting for it, must not hold
+    # the exit longer.
+    sys.stderr.flush()
+    os._exit(code)
+
+
+async def _serve(config: ServerConfig, address: str, parent: Connection, logs: LogControl) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, lambda: None)  # the supervisor decides
+
+    def parent_readable() -> None:
+        try:
+            parent.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(parent.fileno())
+            log.error("the supervisor process is gone: stopping the engine")
+            stop.set()
+
+    runtime = Runtime(config)
+    if not await runtime.start_models():
+        parent.send(("failed", 0))
+        return 1
+    try:
+        metrics_port = await runtime.start_metrics()
+    except OSError as exc:
+        log.error("%s", exc)
+        await runtime.stop_metrics()
+        await runtime.models.unload_all()
+        parent.send(("failed", 0))
+        return 1
+    server = EngineServer(address, runtime.core, runtime.tracing, logs)
+    await server.start()
+    parent.send(("ready", metrics_port))
+    loop.add_reader(parent.fileno(), parent_readable)
+    await stop.wait()
+
+    deadline = loop.time() + config.exit_timeout_secs
+    runtime.stop_accepting()
+    server.broadcast("stopping", replay=True)
+    await runtime.drain(config.exit_timeout_secs)
+    server.broadcast("drained", max(0.0, deadline - loop.time()), replay=True)
+    await server.wait_disconnected(max(0.0, deadline - loop.time()) + 1.0)
+    await server.close()
+    await runtime.stop_metrics()
+    await runtime.unload(max(1.0, deadline - loop.time()))
+    await runtime.flush_traces(max(1.0, deadline - loop.time()))
+    return 0

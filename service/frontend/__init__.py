@@ -1,0 +1,1 @@
+"""A frontend process: the gRPC servicer over an engine client (``--frontends N``)."""

@@ -1,0 +1,113 @@
+"""A frontend process: the gRPC server (servicer, health, reflection, TLS, restricted
+protocols) over an ``EngineClient``, on the port every frontend shares (SO_REUSEPORT).
+
+It follows the engine: log settings and tracing on/off as broadcast, readiness off when
+the engine starts stopping, streams closed and the server stopped once it has drained.
+Losing the engine ends the process with an error (its callers got UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..config import ServerConfig
+from ..handlers.server import GrpcFrontend
+from ..telemetry.logs import LogControl
+from .client import EngineClient, RemoteLogs, RemoteTracing
+
+__all__ = ["run_frontend"]
+
+log = logging.getLogger("service")
+
+
+def run_frontend(
+    config: ServerConfig, index: int, address: str, port: int, parent: Connection
+) -> None:
+    """Process entry point (spawned by the supervisor)."""
+    # Ctrl-C reaches the whole process group, and a service manager may signal every
+    # process of the group: the engine leads the stop, a frontend exits when told.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        logs = LogControl(config.log)
+    except OSError as exc:
+        print(f"error: cannot open log file: {exc}", file=sys.stderr)
+        parent.send(("failed", str(exc)))
+        sys.exit(1)
+    try:
+        code = asyncio.run(_serve(config, index, address, port, parent, logs))
+    finally:
+        logs.close()
+    sys.exit(code)
+
+
+def _follow_logs(logs: LogControl, snapshot: dict[str, Any] | None) -> None:
+    if snapshot:
+        logs.update({k: v for k, v in snapshot.items() if k != "log_file"})
+
+
+async def _serve(
+    config: ServerConfig,
+    index: int,
+    address: str,
+    port: int,
+    parent: Connection,
+    logs: LogControl,
+) -> int:
+    client = EngineClient(address, index)
+    try:
+        await client.connect()
+    except OSError as exc:
+        log.error("frontend %d: cannot reach the engine: %s", index, exc)
+        parent.send(("failed", str(exc)))
+        return 1
+    _follow_logs(logs, client.state.get("logs"))
+    tracing = RemoteTracing(client, bool(client.state.get("tracing")))
+    try:
+        frontend = GrpcFrontend(
+            client,
+            dataclasses.replace(config, grpc_port=port),
+            logs=RemoteLogs(client) if client.state.get("logs") is not None else None,
+            tracing=tracing,
+            reuse_port=True,
+            quiet=index != 1,  # start-up notes once, from the first frontend
+        )
+        await frontend.start()
+    except OSError as exc:
+        log.error("%s", exc)
+        parent.send(("failed", str(exc)))
+        return 1
+    loop = asyncio.get_running_loop()
+    drained: asyncio.Future[float] = loop.create_future()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_event(kind: str, value: Any) -> None:
+        if kind == "logs":
+            _follow_logs(logs, value)
+        elif kind == "tracing":
+            tracing.active = bool(value)
+        elif kind == "stopping":
+            task = loop.create_task(frontend.set_serving(False))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        elif kind == "drained" and not drained.done():
+            drained.set_result(float(value))
+
+    client.on_event = on_event
+    parent.send(("serving", port))
+    assert client.lost is not None
+    await asyncio.wait((drained, client.lost), return_when=asyncio.FIRST_COMPLETED)
+    if not drained.done():
+        log.error("frontend %d: lost the engine process: stopping", index)
+        await frontend.stop(0)
+        return 1
+    frontend.close_streams()
+    await frontend.stop(drained.result())
+    client.close()
+    return 0

@@ -1,0 +1,158 @@
+"""What the engine owns, in either process layout: repository, models, core, tracing,
+metrics endpoint and pollers, and their start and stop in the right order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from .cache import ResponseCache
+from .config import ServerConfig
+from .core.lifecycle import ControlMode, ModelManager
+from .core.server import InferenceServer
+from .core.status_table import model_table
+from .statistics import set_observer_factory
+from .telemetry.cpu import CpuMetrics
+from .telemetry.gpu import GpuMetrics
+from .telemetry.metrics import CONTENT_TYPE, MetricsRenderer
+from .telemetry.metrics_http import MetricsEndpoint
+from .telemetry.metrics_latency import LatencyObserver
+from .telemetry.spans import TracingStepRunner
+from .telemetry.tracing import Tracing
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger("service")
+
+
+class Runtime:
+    """Built from the config; ``start`` loads the models, ``stop_*`` take it down."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        latency = config.metrics.latency
+        if config.metrics.enabled and latency.observed:
+            # Before any model loads: each ModelStats takes its observer when it is created.
+            set_observer_factory(functools.partial(LatencyObserver, latency))
+        self.mode = ControlMode(config.model_control_mode)
+        self.models = ModelManager(
+            config.model_repositories, mode=self.mode, startup_models=config.load_models
+        )
+        self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
+        self.core = InferenceServer(
+            self.models,
+            strict_readiness=config.strict_readiness,
+            cache=self.cache,
+            server_id=config.server_id,
+        )
+        self.tracing = Tracing(config.trace)
+        self.models.attach_runner(TracingStepRunner(self.core, self.tracing))
+        self._poller: asyncio.Task[None] | None = None
+        self._metrics: MetricsEndpoint | None = None
+        self._collectors: list[GpuMetrics | CpuMetrics] = []
+
+    async def start_models(self) -> bool:
+        """Load what the control mode says; False (logged) when the start must fail."""
+        try:
+            await self.models.start()
+        except ValueError as exc:
+            log.error("%s", exc)
+            await self.models.unload_all()
+            return False
+        log.info("\n%s", model_table(self.models.index()))
+        if self.mode is ControlMode.POLL:
+            self._poller = asyncio.create_task(
+                self.models.poll_forever(self.config.repository_poll_secs)
+            )
+        return True
+
+    async def start_metrics(self) -> int:
+        """Bind the metrics endpoint (when enabled): its port, 0 when off. OSError when
+        the port cannot be bound."""
+        metrics = self.config.metrics
+        if not metrics.enabled:
+            return 0
+        interval_s = metrics.interval_ms / 1000
+        if metrics.gpu:
+            gpu = GpuMetrics(interval_s)
+            if await asyncio.to_thread(gpu.start):
+                self._collectors.append(gpu)
+        if metrics.cpu:
+            cpu = CpuMetrics(interval_s)
+            if await asyncio.to_thread(cpu.start):
+                self._collectors.append(cpu)
+        renderer = MetricsRenderer(
+            self.models.loaded,
+            cache_enabled=self.cache is not None,
+            latency=metrics.latency,
+            extra=_joined([c.render for c in self._collectors]),
+        )
+        self._metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
+        return await self._metrics.start(metrics.address, metrics.port)
+
+    def stop_accepting(self) -> None:
+        """Readiness false and new inferences refused; repository polling ends."""
+        self.core.stop_accepting()
+        if self._poller is not None:
+            self._poller.cancel()
+
+    async def drain(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.core.drain(), seconds)
+        except TimeoutError:
+            log.warning("exit timeout reached with inferences still in flight")
+
+    async def stop_metrics(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
+        for collector in self._collectors:
+            collector.stop()
+
+    async def unload(self, seconds: float) -> None:
+        """Unload every model; past ``seconds`` an execution still runs in a model's
+        thread, and waiting for it would outlast --exit-timeout-secs: leave now."""
+        try:
+            await asyncio.wait_for(self.models.unload_all(), seconds)
+        except TimeoutError:
+            log.warning("exit timeout reached while model executions were still running")
+            logging.shutdown()
+            os._exit(0)
+
+    async def flush_traces(self, seconds: float) -> None:
+        """Export the spans still queued, for at most ``seconds``.
+
+        In a daemon thread rather than the loop's executor: an unreachable collector must
+        not hold the exit (the executor's threads are joined when the loop closes).
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def flush() -> None:
+            try:
+                self.tracing.shutdown()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                    loop.call_soon_threadsafe(finished)
+
+        threading.Thread(target=flush, name="trace-flush", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, seconds)
+        except TimeoutError:
+            log.warning("trace exporter did not flush within %.1fs; exiting without it", seconds)
+
+
+def _joined(renders: list[Callable[[], str]]) -> Callable[[], str] | None:
+    """One ``extra`` for the renderer from the polled collectors (GPU then CPU, Triton's
+    order); None when there is none, so a scrape pays nothing for them."""
+    if not renders:
+        return None
+    return lambda: "".join(render() for render in renders)

@@ -1,0 +1,235 @@
+"""The frontend/engine channel in one process: a real engine server over a real
+``InferenceServer`` and ONNX model, a real ``EngineClient``, a real Unix socket and
+memfd slabs; only gRPC is absent."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import models
+import numpy as np
+import pytest
+
+from service.channel.messages import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from service.channel.slabs import INLINE_MAX, Arena, ArenaMap
+from service.core.lifecycle import ControlMode, ModelManager
+from service.core.server import InferenceServer
+from service.engine.server import EngineServer
+from service.errors import InvalidArgument, NotFound
+from service.frontend.client import EngineClient
+from service.telemetry.settings import TraceSettings
+from service.telemetry.tracing import Tracing
+from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
+
+WIDTH = 16 * 1024  # FP32 elements: 64 KiB per tensor, so every input takes a slab block
+
+
+def _repository(root: Path) -> Path:
+    dims = [("INPUT0", "FP32", [-1])]
+    out = [("OUTPUT0", "FP32", [-1])]
+    models.write_model(
+        root,
+        "identity",
+        models.identity_model("FP32", ["batch", "n"]),
+        models.make_config("identity", dims, out, max_batch_size=8),
+    )
+    models.write_model(
+        root,
+        "held",
+        models.identity_model("FP32", ["batch", "n"]),
+        models.make_config(
+            "held",
+            dims,
+            out,
+            max_batch_size=64,
+            extra="dynamic_batching { max_queue_delay_microseconds: 3000000 "
+            "preferred_batch_size: [ 64 ] }",
+        ),
+    )
+    return root
+
+
+@dataclasses.dataclass
+class Rig:
+    client: EngineClient
+    engine: EngineServer
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    manager = ModelManager([_repository(tmp_path)], mode=ControlMode.NONE)
+    core = InferenceServer(manager)
+    await manager.start()
+    address = f"\0test-engine-{os.getpid()}-{secrets.token_hex(4)}"
+    engine = EngineServer(address, core, Tracing(TraceSettings()), None, arena_bytes=16 << 20)
+    await engine.start()
+    client = EngineClient(address, 1, arena_bytes=16 << 20)
+    await client.connect()
+    yield Rig(client, engine)
+    client.close()
+    await engine.close()
+    await manager.unload_all()
+
+
+def _request(model: str, array: np.ndarray, request_id: str = "") -> InferRequest:
+    return InferRequest(
+        model_name=model,
+        id=request_id,
+        inputs=[InputTensor("INPUT0", "FP32", array.shape, raw=array.tobytes())],
+    )
+
+
+async def test_large_and_small_tensors_cross_exactly(rig: Rig) -> None:
+    for width in (4, WIDTH):
+        data = np.random.default_rng(width).random((2, width), dtype=np.float32)
+        response = await rig.client.infer(_request("identity", data, "r1"))
+        assert response.id == "r1"
+        (output,) = response.outputs
+        assert output.wire == data.tobytes()
+        assert output.shape == (2, width)
+    assert rig.client.slab_bytes_in_use == 0
+
+
+async def test_errors_keep_their_class_and_text(rig: Rig) -> None:
+    with pytest.raises(NotFound, match="nope"):
+        await rig.client.infer(_request("nope", np.ones((1, 4), np.float32)))
+    with pytest.raises(InvalidArgument, match=r"^\[request id: x\] "):
+        bad = _request("identity", np.ones((1, 4), np.float32), "x")
+        bad.inputs[0].datatype = "INT8"
+        await rig.client.infer(bad)
+
+
+async def test_control_calls_are_forwarded_by_name(rig: Rig) -> None:
+    assert await rig.client.is_ready()
+    meta = await rig.client.model_metadata("identity")
+    assert meta.name == "identity" and meta.inputs[0].name == "INPUT0"
+    config = await rig.client.model_config("identity")
+    assert config.max_batch_size == 8
+    await rig.client.infer(_request("identity", np.ones((1, 4), np.float32)))
+    (stats,) = await rig.client.model_statistics("identity")
+    assert stats.stats.inference_count == 1 and stats.stats.observer is None
+
+
+async def test_no_slab_leak_after_10000_failed_and_many_cancelled_requests(rig: Rig) -> None:
+    """Failures (validation) and cancellations (queued, then the caller leaves) both give
+    their slab blocks back; the arena never grows past what was in flight at once."""
+    client = rig.client
+    data = np.ones((1, WIDTH), np.float32)
+    for _ in range(100):
+        batch = []
+        for i in range(100):
+            request = _request("identity", data, str(i))
+            request.inputs[0].shape = (1, WIDTH + 1)  # byte size no longer matches
+            batch.append(client.infer(request))
+        results = await asyncio.gather(*batch, return_exceptions=True)
+        assert all(isinstance(r, InvalidArgument) for r in results)
+    held = [asyncio.ensure_future(client.infer(_request("held", data))) for _ in range(50)]
+    await asyncio.sleep(0.2)  # queued in the engine's batcher
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    for _ in range(100):  # the engine's terminal messages for the cancelled ones
+        if client.inflight == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert client.inflight == 0
+    assert client.slab_bytes_in_use == 0
+    assert client.slab_bytes_carved <= 100 * 128 * 1024  # reuse, not growth
+    (connection,) = rig.engine.connections
+    assert connection.inflight == 0 and connection.response_slab_bytes == 0
+    response = await client.infer(_request("identity", data))  # still serving
+    assert response.outputs[0].wire == data.tobytes()
+
+
+async def test_frontend_gone_cancels_its_requests_in_the_engine(rig: Rig) -> None:
+    data = np.ones((1, 4), np.float32)
+    held = [asyncio.ensure_future(rig.client.infer(_request("held", data))) for _ in range(5)]
+    await asyncio.sleep(0.2)
+    (connection,) = rig.engine.connections
+    assert connection.inflight == 5
+    rig.client.close()
+    await asyncio.wait_for(connection.closed, 5)
+    for _ in range(50):
+        if connection.inflight == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert connection.inflight == 0
+    results = await asyncio.gather(*held, return_exceptions=True)
+    assert all(isinstance(r, Exception) for r in results)
+
+
+def test_every_field_of_the_request_and_response_types_crosses() -> None:
+    """Fields are encoded from the dataclass definitions: whatever others add crosses."""
+    arena = Arena(4 << 20)
+    reader = ArenaMap(os.dup(arena.fd), arena.size)
+    big = np.arange(INLINE_MAX, dtype=np.float32)
+    request = InferRequest(
+        model_name="m",
+        model_version="3",
+        id="req",
+        inputs=[
+            InputTensor("A", "FP32", (1, INLINE_MAX), raw=big.tobytes(), parameters={"p": 1}),
+            InputTensor("B", "INT32", (2,), contents=np.array([1, 2], np.int32)),
+            InputTensor("C", "FP32", (1,), raw=b"\0\0\0\0"),
+        ],
+        outputs=[RequestedOutput("X", {"classification": 2})],
+        parameters={"sequence_id": 7, "s": "v", "f": 0.5, "b": True},
+    )
+    blocks: list[int] = []
+    decoded = decode_request(encode_request(request, arena, blocks), reader)
+    assert len(blocks) == 1  # the large input only
+    assert isinstance(decoded.inputs[0].raw, memoryview)
+    decoded.inputs[0].raw = bytes(decoded.inputs[0].raw)
+    contents = decoded.inputs[1].contents
+    assert contents is not None and contents.tolist() == [1, 2]
+    decoded.inputs[1].contents = request.inputs[1].contents
+    assert decoded == request
+
+    response = InferResponse(
+        "m",
+        "3",
+        "req",
+        [
+            OutputTensor("X", "FP32", big.reshape(1, -1)),
+            OutputTensor("S", "BYTES", np.array([b"ab", b"c"], dtype=np.object_)),
+        ],
+        parameters={"triton_final_response": True},
+    )
+    freed: list[int] = []
+    back_arena = ArenaMap(os.dup(arena.fd), arena.size)
+    out = decode_response(encode_response(response, arena), back_arena, freed)
+    assert len(freed) == 1
+    assert (out.model_name, out.model_version, out.id) == ("m", "3", "req")
+    assert out.parameters == response.parameters
+    assert [o.shape for o in out.outputs] == [(1, INLINE_MAX), (2,)]
+    assert out.outputs[0].wire == big.tobytes()
+    assert out.outputs[1].wire == b"\x02\0\0\0ab\x01\0\0\0c"
+    # Fields these encoders name explicitly: a new one must be added there too.
+    assert [f.name for f in dataclasses.fields(OutputTensor)] == [
+        "name",
+        "datatype",
+        "array",
+        "wire",
+    ]
+    reader.close()
+    back_arena.close()
+
+
+def test_frontends_flag(tmp_path: Path) -> None:
+    from service.config import default_frontends, parse_args
+
+    assert parse_args(["--model-repository", str(tmp_path)]).frontends == default_frontends()
+    assert parse_args(["--model-repository", str(tmp_path), "--frontends", "0"]).frontends == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--model-repository", str(tmp_path), "--frontends", "-1"])
+    assert 1 <= default_frontends() <= (os.cpu_count() or 1)
