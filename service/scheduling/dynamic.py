@@ -19,7 +19,7 @@ from inference import model_config_pb2 as mc
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
-from .batch import JobOutputs
+from .batch import JobOutputs, execute_batch
 from .hooks import DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -50,7 +50,7 @@ class DynamicBatchScheduler:
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
         self._driver = Driver(f"batcher-{config.name}", self._step)
-        self._executing: set[asyncio.Future[tuple[list[JobOutputs], BatchTimings]]] = set()
+        self._executing = 0  # batches handed to an instance and not finished
         self._inflight = 0
         self._seq = 0
         self._next_release = 0
@@ -110,21 +110,27 @@ class DynamicBatchScheduler:
         self._driver.arm(wait_until, now)
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
-        execution = self._pool.launch_jobs(worker, jobs)
-        self._executing.add(execution)
-        execution.add_done_callback(lambda done: self._finished(jobs, done))
+        """Straight to the instance's thread: no task in between (see instances.py)."""
+        self._executing += 1
+        self._pool.dispatch(
+            worker,
+            lambda instance: execute_batch(instance, jobs),
+            lambda outcome, error: self._finished(jobs, outcome, error),
+        )
 
     def _finished(
-        self, jobs: list[Job], done: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
+        self,
+        jobs: list[Job],
+        outcome: tuple[list[JobOutputs], BatchTimings] | None,
+        error: BaseException | None,
     ) -> None:
-        self._executing.discard(done)
-        error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
-        if error is not None:
+        self._executing -= 1
+        if outcome is None:
             failure = error if isinstance(error, ServerError) else Unavailable(str(error))
             for job in jobs:
                 self._complete(job, functools.partial(self._fail, job, failure))
             return
-        outputs, timings = done.result()
+        outputs, timings = outcome
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         for job, out in zip(jobs, outputs, strict=True):
             if isinstance(out, ServerError):

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ..backends.base import ModelInstance, RequestInstance
 from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
-from .batch import union_outputs
+from .batch import takes_requests, union_outputs
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -235,11 +236,12 @@ class SequenceBatchScheduler:
         self._executing += 1
 
         def work(instance: ModelInstance | RequestInstance) -> RowResult:
-            if isinstance(instance, RequestInstance):
+            if takes_requests(instance):
                 raise Unavailable(
                     f"model '{self._name}': the sequence batcher drives tensor backends only"
                 )
-            return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
+            tensors = cast(ModelInstance, instance)
+            return self._execute(tensors, rows, states, list(dict.fromkeys(outputs)))
 
         execution = self._pool.launch(worker, work)
         execution.add_done_callback(lambda done: self._finished(rows, sequences, done))
