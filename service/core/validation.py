@@ -5,6 +5,7 @@ The messages follow Triton's wording, since clients and test suites match on it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,21 +27,26 @@ def _fmt(shape: Sequence[int]) -> str:
 
 def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
     name = model.name
+    specs = model.inputs
     given: dict[str, InputTensor] = {}
     for tensor in request.inputs:
-        if tensor.name not in model.inputs:
+        if tensor.name not in specs:
             raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{name}'")
         if tensor.name in given:
             raise InvalidArgument(
                 f"input '{tensor.name}' appears more than once in the request for model '{name}'"
             )
         given[tensor.name] = tensor
-    _check_required(model, given)
+    if len(given) != len(specs):  # only then can a required input be missing
+        _check_required(model, given)
     batch_size = _batch_size(model, request.inputs)
-    inputs = {t.name: _to_array(model, model.inputs[t.name], t, batch_size) for t in request.inputs}
+    inputs = {t.name: _to_array(model, specs[t.name], t, batch_size) for t in request.inputs}
+    outputs = _requested_outputs(model, request)
+    if not request.parameters:  # the common case: every parameter at its default
+        return Job(inputs, outputs, batch_size, request.id)
     return Job(
         inputs,
-        _requested_outputs(model, request),
+        outputs,
         batch_size,
         request.id,
         priority=_int_parameter(model, request, "priority"),
@@ -126,20 +132,20 @@ def _to_array(model: ModelVersion, spec: IOSpec, tensor: InputTensor, batch_size
             f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
             f"'{name}' expects '{spec.datatype}'"
         )
+    shape = tensor.shape
     expected = spec.full_shape(model.batched)
-    if len(expected) != len(tensor.shape) or any(
-        e != -1 and e != g for e, g in zip(expected, tensor.shape, strict=False)
+    if len(expected) != len(shape) or not all(
+        [e == g or e == -1 for e, g in zip(expected, shape, strict=True)]
     ):
         raise InvalidArgument(
             f"unexpected shape for input '{tensor.name}' for model '{name}'. "
-            f"Expected {_fmt(expected)}, got {_fmt(tensor.shape)}"
+            f"Expected {_fmt(expected)}, got {_fmt(shape)}"
         )
-    if any(d < 0 for d in tensor.shape):
+    if shape and min(shape) < 0:
         raise InvalidArgument(
-            f"input '{tensor.name}' for model '{name}' has a negative dimension: "
-            f"{_fmt(tensor.shape)}"
+            f"input '{tensor.name}' for model '{name}' has a negative dimension: {_fmt(shape)}"
         )
-    if _SHM_PARAMETER in tensor.parameters:
+    if tensor.parameters and _SHM_PARAMETER in tensor.parameters:
         raise InvalidArgument(
             f"Unable to find shared memory region: '{tensor.parameters[_SHM_PARAMETER]}'"
         )
@@ -151,16 +157,17 @@ def _to_array(model: ModelVersion, spec: IOSpec, tensor: InputTensor, batch_size
 
 def _decode(model_name: str, spec: IOSpec, tensor: InputTensor) -> Array:
     dtype = datatypes.DATATYPES[spec.datatype]
-    count = datatypes.element_count(tensor.shape)
-    if tensor.raw is not None and tensor.contents is not None:
+    count = math.prod(tensor.shape)
+    raw = tensor.raw
+    if raw is not None and tensor.contents is not None:
         raise InvalidArgument(
             f"contents field must not be specified when using raw_input_contents for "
             f"'{tensor.name}' for model '{model_name}'"
         )
-    if tensor.raw is not None:
+    if raw is not None:
         if dtype.name == "BYTES":
             try:
-                flat = datatypes.deserialize_bytes_tensor(tensor.raw, count)
+                flat = datatypes.deserialize_bytes_tensor(raw, count)
             except ValueError as exc:
                 raise InvalidArgument(
                     f"unexpected BYTES data for input '{tensor.name}' for model "
@@ -168,12 +175,12 @@ def _decode(model_name: str, spec: IOSpec, tensor: InputTensor) -> Array:
                 ) from None
             return flat.reshape(tensor.shape)
         expected_bytes = count * dtype.itemsize
-        if len(tensor.raw) != expected_bytes:
+        if len(raw) != expected_bytes:
             raise InvalidArgument(
                 f"input byte size mismatch for input '{tensor.name}' for model '{model_name}'. "
-                f"Expected {expected_bytes}, got {len(tensor.raw)}"
+                f"Expected {expected_bytes}, got {len(raw)}"
             )
-        return np.frombuffer(tensor.raw, dtype=dtype.numpy).reshape(tensor.shape)
+        return np.frombuffer(raw, dtype=dtype.numpy).reshape(tensor.shape)
     if tensor.contents is not None:
         got = len(tensor.contents)
         if got != count:
