@@ -213,7 +213,10 @@ def start_servers(stack: ExitStack, repo: Path, baseline_ref: str | None) -> lis
     if baseline_ref:
         old = ServerProcess([repo])
         old.cwd = stack.enter_context(baseline_tree(baseline_ref))
-        servers.append(Server(f"{baseline_ref} ({short_commit(baseline_ref)})", old))
+        short = short_commit(baseline_ref)
+        servers.append(
+            Server(baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})", old)
+        )
     for server in servers:
         stack.callback(server.process.stop)
         server.process.start(timeout=90)
