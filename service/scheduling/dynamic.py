@@ -132,6 +132,16 @@ class DynamicBatchScheduler:
             return
         outputs, timings = outcome
         self._stats.record_execution(sum(j.size for j in jobs), timings)
+        if not self._preserve_ordering:  # the common case: deliver now, no partials
+            for job, out in zip(jobs, outputs, strict=True):
+                future = job.future
+                if future is None or future.done():
+                    continue
+                if isinstance(out, ServerError):
+                    future.set_exception(out)
+                else:
+                    future.set_result(ExecutionResult(out, timings.start - job.enqueue_ns, timings))
+            return
         for job, out in zip(jobs, outputs, strict=True):
             if isinstance(out, ServerError):
                 self._complete(job, functools.partial(self._fail, job, out))
