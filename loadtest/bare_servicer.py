@@ -13,7 +13,7 @@ way for it as for the real server. The per-request cost of our server is compare
 this one's in the same run (``cpu_bench.py``): the gap is what our path adds over what
 grpc.aio and numpy cost anyway.
 
-    .venv/bin/python loadtest/bare_servicer.py --grpc-port 0   # logs the bound port
+    .venv/bin/python loadtest/bare_servicer.py --grpc-port 0 [--uvloop]  # logs the port
 """
 
 from __future__ import annotations
@@ -124,9 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--grpc-address", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop (as our server does)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    asyncio.run(serve(args.grpc_address, args.grpc_port))
+    factory = None
+    if args.uvloop:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(args.grpc_address, args.grpc_port))
     return 0
 
 

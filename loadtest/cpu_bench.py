@@ -1,7 +1,8 @@
 """Server CPU per request: our server against a bare grpc.aio servicer, in one run.
 
-Both servers (and, with ``--baseline-ref``, our server as it was at an older commit) run
-side by side on loopback; h2load sends prebuilt gRPC request bodies (``h2grpc.py``). A
+A bare servicer (``bare_servicer.py``, on asyncio's loop and on uvloop, which ours uses)
+and ours (and, with ``--baseline-ref``, ours as of an older commit) run side by side on
+loopback; h2load sends prebuilt gRPC request bodies (``h2grpc.py``). A
 figure is the CPU time of the server's process tree (/proc, children included) over a
 window divided by the requests the server itself counted as successful in it
 (ModelStatistics). Rounds alternate the servers' order; each figure is the median over
@@ -53,6 +54,7 @@ from loadresult import LoadSpec
 from inference import grpc_service_pb2 as pb
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+BARE = REPO_ROOT / "loadtest" / "bare_servicer.py"
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from server_process import (  # noqa: E402
     DEFAULT_REPOSITORY,
@@ -205,18 +207,20 @@ def short_commit(ref: str = "HEAD") -> str:
 
 
 def start_servers(stack: ExitStack, repo: Path, baseline_ref: str | None) -> list[Server]:
-    bare = LoggedProcess(
-        [SERVICE_PYTHON, str(REPO_ROOT / "loadtest" / "bare_servicer.py"), "--grpc-port", "0"]
-    )
-    bare.name = "bare servicer"
-    servers = [Server("bare", bare), Server("ours", ServerProcess([repo]))]
+    """bare (asyncio: the yardstick), ours, bare on uvloop (the loop ours runs on), and
+    our server as of ``baseline_ref``."""
+    servers = []
+    for label, extra in (("bare", []), ("bare+uvloop", ["--uvloop"])):
+        bare = LoggedProcess([SERVICE_PYTHON, str(BARE), "--grpc-port", "0", *extra])
+        bare.name = f"{label} servicer"
+        servers.append(Server(label, bare))
+    servers.insert(1, Server("ours", ServerProcess([repo])))
     if baseline_ref:
         old = ServerProcess([repo])
         old.cwd = stack.enter_context(baseline_tree(baseline_ref))
         short = short_commit(baseline_ref)
-        servers.append(
-            Server(baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})", old)
-        )
+        label = baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})"
+        servers.append(Server(label, old))
     for server in servers:
         stack.callback(server.process.stop)
         server.process.start(timeout=90)
