@@ -56,7 +56,7 @@ class DynamicBatchScheduler:
         self._next_release = 0
         self._held: dict[int, Callable[[], None]] = {}
         self._stopping = False
-        pool.on_release(self._driver.wake)
+        pool.on_release(self._released)
 
     @property
     def inflight(self) -> int:
@@ -80,6 +80,11 @@ class DynamicBatchScheduler:
             raise
         finally:
             self._inflight -= 1
+
+    def _released(self) -> None:
+        """A freed instance matters only to queued jobs: with none, no step is needed."""
+        if len(self._queues):
+            self._driver.wake()
 
     def _step(self) -> None:
         """One pass of the batching rules; forms as many batches as free instances allow."""
