@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import SERVER_ID
+from .handlers.header_forward import compile_forward_pattern
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
 
@@ -68,6 +72,7 @@ class MetricsConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
+    server_id: str = SERVER_ID  # --id: the name ServerMetadata reports
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -83,6 +88,8 @@ class ServerConfig:
     trace: TraceSettings = field(default_factory=TraceSettings)
     tls: TlsConfig | None = None
     restricted: tuple[RestrictedProtocol, ...] = ()
+    # --grpc-header-forward-pattern, compiled as Triton applies it (case-insensitive).
+    header_forward: re.Pattern[str] | None = None
 
 
 def _bool(text: str) -> bool:
@@ -107,8 +114,10 @@ def _flag(parser: argparse.ArgumentParser, name: str, default: bool, text: str) 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    invoked = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     parser = argparse.ArgumentParser(
-        prog="python -m service",
+        # As run: the console script (tritonserver), or python -m service.
+        prog=invoked if invoked and invoked != "__main__.py" else "python -m service",
         description="Triton / KServe v2 compatible inference server (gRPC).",
     )
     add = parser.add_argument
@@ -121,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="model_repositories",
         help="model repository folder (repeatable)",
     )
+    add("--id", default=SERVER_ID, dest="server_id", help="identifier for this server")
     add("--grpc-address", default="0.0.0.0", help="address to bind")
     add("--grpc-port", type=int, default=8001, help="0 picks a free port")
     add(
@@ -209,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="<groups>:<key>=<value>",
         help=f"require metadata 'triton-grpc-protocol-<key>: <value>' for these groups "
         f"(comma-separated: {', '.join(PROTOCOL_GROUPS)}); repeatable",
+    )
+    add(
+        "--grpc-header-forward-pattern",
+        metavar="REGEX",
+        help="forward gRPC metadata whose key matches (case-insensitive; a leading (?-i) "
+        "makes it case-sensitive) to the model as request parameters",
     )
     _flag(parser, "--grpc-use-ssl", False, "serve gRPC over TLS")
     _flag(parser, "--grpc-use-ssl-mutual", False, "TLS with client certificates (mutual TLS)")
@@ -301,6 +317,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error(str(exc))
     return ServerConfig(
         model_repositories=tuple(args.model_repositories),
+        server_id=args.server_id,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_max_message_bytes=args.grpc_max_message_bytes,
@@ -331,4 +348,22 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         trace=trace,
         tls=tls,
         restricted=restricted,
+        header_forward=_header_forward(parser, args),
     )
+
+
+def _header_forward(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> re.Pattern[str] | None:
+    """An invalid pattern stops the start with exit code 1, as Triton's flag errors do."""
+    text = args.grpc_header_forward_pattern
+    if text is None:
+        return None
+    try:
+        return compile_forward_pattern(text)
+    except re.error as exc:
+        parser.exit(
+            1,
+            f"{parser.prog}: error: --grpc-header-forward-pattern: invalid regular "
+            f"expression '{text}': {exc.msg}\n",
+        )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
@@ -17,6 +18,7 @@ from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
+from .reflection import enable_reflection
 from .servicer import InferenceServicer
 
 __all__ = ["GrpcFrontend"]
@@ -28,22 +30,40 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
 class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
-    """Service "" answers whether the process serves (liveness); the inference service's
-    name answers ServerReady (readiness, with --strict-readiness), computed per Check."""
+    """Check answers readiness (ServerReady, with --strict-readiness) for every service
+    name, "" included, computed per call: Triton's health handler asks ServerIsReady and
+    never looks at the name. Watch (which Triton leaves unimplemented) streams the status
+    ``set_serving`` sets for "" and the inference service."""
 
     def __init__(self, core: InferenceServer) -> None:
         super().__init__()
         self._core = core
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if request.service == SERVICE_NAME:
-            ready = self._core.is_ready()
-            status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
-            return health_pb2.HealthCheckResponse(status=status)
-        return await super().Check(request, context)
+        ready = self._core.is_ready()
+        status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
 
 
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails with "address in use" (other failures are left
+    to grpc to report)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -77,7 +97,11 @@ class GrpcFrontend:
             ]
         )
         self._servicer = InferenceServicer(
-            core, config.grpc_max_message_bytes, logs=logs, tracing=tracing
+            core,
+            config.grpc_max_message_bytes,
+            logs=logs,
+            tracing=tracing,
+            header_forward=config.header_forward,
         )
         self._health = _Health(core)
         if config.restricted:
@@ -85,13 +109,20 @@ class GrpcFrontend:
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
-        )
+        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
-        """Bind and start; returns the bound port (useful with --grpc-port 0)."""
+        """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
+        use raises OSError with Triton's one-line message (checked before grpc binds, so
+        that grpc's own log lines do not repeat it)."""
         address = f"{self._config.grpc_address}:{self._config.grpc_port}"
+        config = self._config
+        if (
+            config.grpc_port
+            and not config.grpc_reuse_port
+            and _in_use(config.grpc_address, config.grpc_port)
+        ):
+            raise OSError(f"failed to start GRPC service: Socket '{address}' already in use")
         try:
             if self._credentials is not None:
                 port = self._server.add_secure_port(address, self._credentials)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from .codec import (
     encode_repository_index,
     encode_server_metadata,
 )
+from .header_forward import forward_headers
 from .settings_codec import (
     decode_log_settings,
     decode_trace_settings,
@@ -46,14 +48,6 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
 
 
-def _decode(request: pb.ModelInferRequest) -> InferRequest:
-    """Decoding faults carry the request id prefix too, as every other request error."""
-    try:
-        return decode_infer_request(request)
-    except ServerError as exc:
-        raise exc.with_request_id(request.id) from None
-
-
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
@@ -62,8 +56,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         *,
         logs: LogControl | None = None,
         tracing: Tracing | None = None,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._core = core
+        self._header_forward = header_forward
         self._max_send = max_send_bytes
         self._logs = logs
         self._tracing = tracing
@@ -125,11 +121,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             trace = begin_request(tracing, "ModelInfer", request, context.invocation_metadata())
             if trace is not None:
                 with trace:
-                    response = await self._core.infer(decode_infer_request(request))
+                    response = await self._core.infer(self._request(request, context))
                     trace.executed(response.timings)
                     return encode_infer_response(response, self._max_send)
-        response = await self._core.infer(decode_infer_request(request))
+        response = await self._core.infer(self._request(request, context))
         return encode_infer_response(response, self._max_send)
+
+    def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:
+        """The core's request, with the metadata --grpc-header-forward-pattern selects."""
+        decoded = decode_infer_request(request)
+        if self._header_forward is not None:
+            forward_headers(self._header_forward, context.invocation_metadata() or (), decoded)
+        return decoded
 
     def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> RequestTrace | None:
         tracing = self._tracing
@@ -153,11 +156,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def serve_one(request: pb.ModelInferRequest) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
-                async for response in self._stream_responses(request):
+                async for response in self._stream_responses(request, context):
                     await results.put(response)
                 return
             with trace:
-                async for response in self._stream_responses(request, trace):
+                async for response in self._stream_responses(request, context, trace):
                     await results.put(response)
 
         async def read_requests() -> None:
@@ -194,7 +197,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_responses(
-        self, request: pb.ModelInferRequest, trace: RequestTrace | None = None
+        self, request: pb.ModelInferRequest, context: Context, trace: RequestTrace | None = None
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Every response of one request (several for decoupled models), errors in-band.
 
@@ -203,7 +206,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         try:
             record = None if trace is None else trace.record
-            async for response in self._core.stream_infer(_decode(request), record):
+            decoded = decode_infer_request(request)
+            if self._header_forward is not None:  # the stream's metadata, for every request
+                metadata = context.invocation_metadata() or ()
+                forward_headers(self._header_forward, metadata, decoded)
+            async for response in self._core.stream_infer(decoded, record):
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, self._max_send)
                 )

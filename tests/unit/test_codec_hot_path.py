@@ -60,8 +60,8 @@ def test_decode_keeps_every_field() -> None:
     request.outputs.add(name="OUT").parameters["classification"].int64_param = 2
     request.parameters["priority"].int64_param = 1
     request.raw_input_contents.append(b"\x00" * 8)
-    with pytest.raises(InvalidArgument, match="expected 2 raw_input_contents"):
-        decode_infer_request(request)  # one raw entry per input, or none
+    with pytest.raises(InvalidArgument, match="contents field must not be specified"):
+        decode_infer_request(request)  # typed contents beside raw_input_contents
     del request.raw_input_contents[:]
     request.inputs[0].contents.fp32_contents.extend([1.0, 2.0])
     decoded = decode_infer_request(request)
@@ -80,10 +80,14 @@ def test_decode_keeps_every_field() -> None:
     assert decoded.parameters == {"priority": 1}
 
 
-def test_decode_raw_inputs_and_empty_contents() -> None:
+def test_decode_pairs_raw_inputs_in_order() -> None:
     request = pb.ModelInferRequest(model_name="m")
-    tensor = request.inputs.add(name="A", datatype="FP32", shape=[2])
-    tensor.contents.SetInParent()  # present but empty: no typed contents
-    request.raw_input_contents.append(b"\x00" * 8)
-    (decoded,) = decode_infer_request(request).inputs
-    assert decoded.raw == b"\x00" * 8 and decoded.contents is None and decoded.parameters == {}
+    request.inputs.add(name="A", datatype="FP32", shape=[2])
+    request.inputs.add(name="B", datatype="FP32", shape=[1])
+    request.raw_input_contents.extend([b"\x00" * 8, b"\x01" * 4, b"extra, ignored"])
+    a, b = decode_infer_request(request).inputs
+    assert (a.raw, b.raw) == (b"\x00" * 8, b"\x01" * 4)
+    assert a.contents is None and a.parameters == {} and b.shape == (1,)
+    del request.raw_input_contents[1:]
+    with pytest.raises(InvalidArgument, match="unable to find data for input tensor 'B'"):
+        decode_infer_request(request)
