@@ -1,7 +1,7 @@
 """Server CPU per request: our server against a bare grpc.aio servicer, in one run.
 
 A bare servicer (``bare_servicer.py``, on asyncio's loop and on uvloop, which ours uses)
-and ours (and, with ``--baseline-ref``, ours as of an older commit) run side by side on
+and ours (and, with ``--baseline-ref``, ours as of older commits) run side by side on
 loopback; h2load sends prebuilt gRPC request bodies (``h2grpc.py``). A
 figure is the CPU time of the server's process tree (/proc, children included) over a
 window divided by the requests the server itself counted as successful in it
@@ -206,16 +206,16 @@ def short_commit(ref: str = "HEAD") -> str:
     return done.stdout.strip() + ("-dirty" if dirty and dirty.returncode else "")
 
 
-def start_servers(stack: ExitStack, repo: Path, baseline_ref: str | None) -> list[Server]:
+def start_servers(stack: ExitStack, repo: Path, baseline_refs: list[str]) -> list[Server]:
     """bare (asyncio: the yardstick), ours, bare on uvloop (the loop ours runs on), and
-    our server as of ``baseline_ref``."""
+    our server as of each of ``baseline_refs``."""
     servers = []
     for label, extra in (("bare", []), ("bare+uvloop", ["--uvloop"])):
         bare = LoggedProcess([SERVICE_PYTHON, str(BARE), "--grpc-port", "0", *extra])
         bare.name = f"{label} servicer"
         servers.append(Server(label, bare))
     servers.insert(1, Server("ours", ServerProcess([repo])))
-    if baseline_ref:
+    for baseline_ref in baseline_refs:
         old = ServerProcess([repo])
         old.cwd = stack.enter_context(baseline_tree(baseline_ref))
         short = short_commit(baseline_ref)
@@ -232,7 +232,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per window")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--latency-seconds", type=float, default=6.0)
-    p.add_argument("--baseline-ref", help="also measure our server as of this git ref")
+    p.add_argument(
+        "--baseline-ref",
+        action="append",
+        default=[],
+        help="also measure our server as of this git ref (repeatable)",
+    )
     p.add_argument("--only", nargs="*", default=[], help="workload keys to run (default: all)")
     p.add_argument("--threads", action="store_true", help="report CPU per thread too")
     p.add_argument("--quick", action="store_true", help="short run, prints only")
