@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import shutil
 import subprocess
@@ -216,8 +217,12 @@ def start_servers(stack: ExitStack, repo: Path, baseline_refs: list[str]) -> lis
         servers.append(Server(label, bare))
     servers.insert(1, Server("ours", ServerProcess([repo])))
     for baseline_ref in baseline_refs:
-        old = ServerProcess([repo])
-        old.cwd = stack.enter_context(baseline_tree(baseline_ref))
+        tree = stack.enter_context(baseline_tree(baseline_ref))
+        # Its own packages first (generated protos included), this environment's libraries.
+        old = ServerProcess(
+            [repo], env={"PYTHONPATH": os.pathsep.join([str(tree), str(tree / "protos")])}
+        )
+        old.cwd = tree
         short = short_commit(baseline_ref)
         label = baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})"
         servers.append(Server(label, old))
