@@ -100,6 +100,7 @@ class InstancePool:
         self._free: deque[InstanceWorker] = deque(self.workers)
         self._listeners: list[Callable[[], None]] = []
         self._shared: SimpleQueue[_Work | None] | None = None
+        self._started = False
 
     def on_release(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -166,13 +167,16 @@ class InstancePool:
             self._shared = SimpleQueue()
             for worker in self.workers:
                 worker.inbox = self._shared
-                worker.start()
             self._free.clear()
 
     def submit(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:
         """Queue ``work`` for whichever instance is free first (after ``share_inbox``)."""
         shared = self._shared
         assert shared is not None, "submit needs share_inbox()"
+        if not self._started:  # the threads start with the first request, all at once
+            self._started = True
+            for worker in self.workers:
+                worker.start()
         shared.put((work, deliver, mailbox_for(asyncio.get_running_loop())))
 
     async def aclose(self) -> None:
