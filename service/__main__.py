@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
+from . import loop
 from .app import serve
 from .config import parse_args
 from .supervisor import supervise
@@ -21,7 +21,7 @@ def main() -> int:
     try:
         if config.frontends:
             return supervise(config)
-        return asyncio.run(serve(config, logs))
+        return loop.run(serve(config, logs))
     finally:
         logs.close()
 

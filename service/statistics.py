@@ -147,20 +147,45 @@ class ModelStats:
         stats = self.batches.get(batch_size)
         if stats is None:
             stats = self.batches[batch_size] = BatchStats()
-        stats.compute_input.add(timings.compute_input)
-        stats.compute_infer.add(timings.compute_infer)
-        stats.compute_output.add(timings.compute_output)
+        d = stats.compute_input
+        d.count += 1
+        d.ns += timings.input_end - timings.start
+        d = stats.compute_infer
+        d.count += 1
+        d.ns += timings.infer_end - timings.input_end
+        d = stats.compute_output
+        d.count += 1
+        d.ns += timings.end - timings.infer_end
 
     def record_success(self, request_ns: int, queue_ns: int, timings: BatchTimings) -> None:
-        self.success.add(request_ns)
-        self.queue.add(queue_ns)
-        self.compute_input.add(timings.compute_input)
-        self.compute_infer.add(timings.compute_infer)
-        self.compute_output.add(timings.compute_output)
-        response = self._response(0)
-        response.compute_infer.add(timings.compute_infer)
-        response.compute_output.add(timings.compute_output)
-        response.success.add(timings.compute_infer + timings.compute_output)
+        # Once per request: plain adds, no call per counter.
+        infer = timings.infer_end - timings.input_end
+        output = timings.end - timings.infer_end
+        d = self.success
+        d.count += 1
+        d.ns += request_ns
+        d = self.queue
+        d.count += 1
+        d.ns += queue_ns
+        d = self.compute_input
+        d.count += 1
+        d.ns += timings.input_end - timings.start
+        d = self.compute_infer
+        d.count += 1
+        d.ns += infer
+        d = self.compute_output
+        d.count += 1
+        d.ns += output
+        response = self.responses.get(0) or self._response(0)
+        d = response.compute_infer
+        d.count += 1
+        d.ns += infer
+        d = response.compute_output
+        d.count += 1
+        d.ns += output
+        d = response.success
+        d.count += 1
+        d.ns += infer + output
         self.last_inference_ms = self.wall_ms()
         if self.observer is not None:
             self.observer.observe_request(request_ns, queue_ns, timings)

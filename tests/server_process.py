@@ -33,9 +33,12 @@ class LoggedProcess:
     name = "process"
     started: re.Pattern[str] = _STARTED
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
+    ) -> None:
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd  # `python -m service` imports the `service` found here first
         self.port = 0
         self.lines: list[str] = []
         self._proc: subprocess.Popen[str] | None = None
@@ -58,7 +61,7 @@ class LoggedProcess:
     def start(self, timeout: float = 60.0) -> Self:
         self._proc = subprocess.Popen(
             self.args,
-            cwd=REPO_ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

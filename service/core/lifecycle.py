@@ -267,15 +267,18 @@ class ModelManager:
                     f"Request for unknown model: '{name}' has no available versions: unloaded"
                 )
             raise NotFound(f"Request for unknown model: '{name}' is not found")
-        if not version:
-            ready = entry.ready_versions()
-            if not ready:
+        if not version:  # the highest ready version; a loop, not a sort, per request
+            latest = None
+            for number, candidate in entry.versions.items():
+                if candidate.ready and (latest is None or number > latest.version):
+                    latest = candidate
+            if latest is None:
                 why = entry.failure
                 raise Unavailable(
                     f"Request for unknown model: '{name}' has no available versions"
                     + (f": {why}" if why else "")
                 )
-            return entry.versions[ready[-1]]
+            return latest
         try:
             number = int(version)
         except ValueError:

@@ -190,24 +190,28 @@ class InferenceServer:
         with self._inflight, model.lease():
             job = prepare_job(model, request)
             try:
-                return await self._run(model, job, start, request.id)
+                if self._cache is not None and model.config.response_cache.enable:
+                    return await self._run_cached(model, job, start, request.id)
+                assert model.scheduler is not None  # guaranteed by ModelManager.get
+                result = await model.scheduler.submit(job)
+                outputs = build_outputs(model, job, result.outputs)
+                model.stats.record_success(
+                    time.monotonic_ns() - start, result.queue_ns, result.timings
+                )
+                # The response keeps the scheduler's ExecutionResult, so a trace needs no
+                # hook into the core.
+                return _response(model, request.id, outputs, result)
             except ServerError as exc:
                 if _count_failure(model, exc, start) == "BACKEND":
                     model.stats.record_backend_failure()
                 raise
 
-    async def _run(
+    async def _run_cached(
         self, model: ModelVersion, job: Job, start: int, request_id: str
     ) -> InferResponse:
-        """Execute ``job`` (or answer it from the response cache). The response keeps the
-        scheduler's ``ExecutionResult``, so a trace needs no hook into the core."""
-        assert model.scheduler is not None  # guaranteed by ModelManager.get
-        cache = self._cache if model.config.response_cache.enable else None
-        if cache is None:
-            result = await model.scheduler.submit(job)
-            outputs = build_outputs(model, job, result.outputs)
-            model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
-            return _response(model, request_id, outputs, result)
+        """Answer ``job`` from the response cache, or execute it and store its outputs."""
+        assert model.scheduler is not None and self._cache is not None
+        cache = self._cache
         lookup = time.monotonic_ns()
         key = await self._key(model, job)
         cached = cache.get(key)
@@ -280,10 +284,4 @@ def _response(
     outputs: list[OutputTensor],
     result: ExecutionResult | None,
 ) -> InferResponse:
-    return InferResponse(
-        model_name=model.name,
-        model_version=str(model.version),
-        id=request_id,
-        outputs=outputs,
-        timings=result,
-    )
+    return InferResponse(model.name, str(model.version), request_id, outputs, {}, result)

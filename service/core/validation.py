@@ -52,6 +52,8 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
             order = unordered_order([t.name for t in request.inputs])
             _normalize(model, request, [given[n] for n in order])
         raise first from None
+    if not request.parameters:  # the common case: every parameter at its default
+        return Job(inputs, outputs, batch_size, request.id)
     return Job(
         inputs,
         outputs,
@@ -109,6 +111,8 @@ def _check_count(model: ModelVersion, request: InferRequest, given: dict[str, In
     """Triton's ValidateRequestInputs, with its texts (exact count without optional
     inputs, a range with them); beyond Triton, a known-names request that still lacks a
     required input is refused with the same text rather than reaching the backend."""
+    if given.keys() == model.inputs.keys():
+        return  # every configured input, nothing else: the common case, one set compare
     required = [s.name for s in model.inputs.values() if not s.optional]
     missing = [n for n in required if n not in given]
     total = len(model.inputs)

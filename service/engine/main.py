@@ -16,6 +16,7 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
+from .. import loop
 from ..config import ServerConfig
 from ..runtime import Runtime
 from ..telemetry.logs import LogControl
@@ -35,7 +36,7 @@ def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
         parent.send(("failed", 0))
         sys.exit(1)
     try:
-        code = asyncio.run(_serve(config, address, parent, logs))
+        code = loop.run(_serve(config, address, parent, logs))
     finally:
         logs.close()
     # Models are unloaded and spans flushed within --exit-timeout-secs: an exporter still

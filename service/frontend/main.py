@@ -16,6 +16,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .. import loop
 from ..config import ServerConfig
 from ..handlers.server import GrpcFrontend
 from ..telemetry.logs import LogControl
@@ -41,7 +42,7 @@ def run_frontend(
         parent.send(("failed", str(exc)))
         sys.exit(1)
     try:
-        code = asyncio.run(_serve(config, index, address, port, parent, logs))
+        code = loop.run(_serve(config, index, address, port, parent, logs))
     finally:
         logs.close()
     sys.exit(code)

@@ -37,6 +37,7 @@ class Job:
     enqueue_ns: int = 0
     deadline_ns: int | None = None
     seq: int = 0
+    started: bool = False  # an instance thread took it (default scheduler)
     future: asyncio.Future[ExecutionResult] | None = field(default=None, repr=False)
     _shape_key: tuple[tuple[str, tuple[int, ...]], ...] | None = field(default=None, repr=False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeGuard, cast
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from ..statistics import BatchTimings
 from .base import Array, Job
 from .responses import CollectingSender
 
-__all__ = ["execute_batch", "merge_inputs", "split_outputs", "union_outputs"]
+__all__ = ["execute_batch", "merge_inputs", "split_outputs", "takes_requests", "union_outputs"]
 
 
 def union_outputs(jobs: Sequence[Job]) -> list[str]:
@@ -47,6 +48,18 @@ def split_outputs(jobs: Sequence[Job], results: dict[str, Array]) -> list[dict[s
 
 JobOutputs = dict[str, Array] | ServerError
 
+_TAKES_REQUESTS: dict[type, bool] = {}
+
+
+def takes_requests(instance: ModelInstance | RequestInstance) -> TypeGuard[RequestInstance]:
+    """Whether ``instance`` is a request backend. Checked once per class: a structural
+    isinstance on a runtime-checkable Protocol costs microseconds every time."""
+    kind = type(instance)
+    known = _TAKES_REQUESTS.get(kind)
+    if known is None:
+        known = _TAKES_REQUESTS[kind] = isinstance(instance, RequestInstance)
+    return known
+
 
 def execute_batch(
     instance: ModelInstance | RequestInstance,
@@ -58,12 +71,12 @@ def execute_batch(
     Decoupled jobs (with a ``sink``) get an empty dict here: their responses travel
     through the sink as the model sends them.
     """
-    if isinstance(instance, RequestInstance):
+    if takes_requests(instance):
         return _execute_requests(instance, jobs, clock)
     start = clock()
     inputs = merge_inputs(jobs)
     input_end = clock()
-    results = instance.execute(inputs, union_outputs(jobs))
+    results = cast(ModelInstance, instance).execute(inputs, union_outputs(jobs))
     infer_end = clock()
     per_job: list[JobOutputs] = list(split_outputs(jobs, results))
     return per_job, BatchTimings(start, input_end, infer_end, clock())

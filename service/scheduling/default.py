@@ -1,19 +1,29 @@
-"""The default scheduler: each request goes to the next free instance, unbatched."""
+"""The default scheduler: each request goes to the next free instance, unbatched.
+
+The model's instance threads share one queue (``InstancePool.share_inbox``): a request is
+put there at once and the first thread to be free runs it, so the loop does no step of its
+own between two executions. Results come back through the loop's mailbox.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+from ..backends.base import ModelInstance, RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
-from .batch import JobOutputs
+from .batch import JobOutputs, execute_batch
 from .inflight import InFlight
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
+
+Outcome = tuple[list[JobOutputs], BatchTimings] | None  # None: skipped, its caller had left
 
 
 class DefaultScheduler:
@@ -25,6 +35,10 @@ class DefaultScheduler:
         self._clock = clock
         self._inflight = InFlight()
         self._stopping = False
+        # Whether a job was taken by a thread or dropped by its leaving caller is decided
+        # under this lock, so a cancelled request is counted exactly once, at once.
+        self._claims = threading.Lock()
+        pool.share_inbox()
 
     @property
     def inflight(self) -> int:
@@ -34,24 +48,49 @@ class DefaultScheduler:
         if self._stopping:
             raise Unavailable("model is unloading: new requests are refused")
         with self._inflight:
+            future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+            job.future = future
             job.enqueue_ns = self._clock()
+            self._pool.submit(lambda instance: self._execute(job, instance), self._deliver(job))
             try:
-                worker = await self._pool.acquire()
+                return await future
             except asyncio.CancelledError:
-                self._stats.record_cancelled()
+                with self._claims:
+                    queued = not job.started
+                    job.started = True  # a thread that takes it now skips it
+                if queued:
+                    self._stats.record_cancelled()
                 raise
-            task = self._pool.launch_jobs(worker, [job])
-            task.add_done_callback(lambda t: self._record(job, t))
-            outputs, timings = await asyncio.shield(task)
-            if isinstance(outputs[0], ServerError):
-                raise outputs[0]
-            return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
 
-    def _record(
-        self, job: Job, task: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
-    ) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self._stats.record_execution(job.size, task.result()[1])
+    def _execute(self, job: Job, instance: ModelInstance | RequestInstance) -> Outcome:
+        """In an instance thread."""
+        with self._claims:
+            if job.started:
+                return None
+            job.started = True
+        return execute_batch(instance, (job,))
+
+    def _deliver(self, job: Job) -> Callable[[Any, BaseException | None], None]:
+        def deliver(outcome: Outcome, error: BaseException | None) -> None:
+            future = job.future
+            assert future is not None
+            if error is not None:
+                if not future.done():
+                    future.set_exception(error)
+                return
+            if outcome is None:
+                return
+            outputs, timings = outcome
+            self._stats.record_execution(job.size, timings)
+            if future.done():
+                return
+            out = outputs[0]
+            if isinstance(out, ServerError):
+                future.set_exception(out)
+            else:
+                future.set_result(ExecutionResult(out, timings.start - job.enqueue_ns, timings))
+
+        return deliver
 
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""

@@ -20,7 +20,7 @@ from ..backends.base import RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
-from .batch import JobOutputs
+from .batch import JobOutputs, execute_batch
 from .hooks import DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -51,13 +51,13 @@ class DynamicBatchScheduler:
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
         self._driver = Driver(f"batcher-{config.name}", self._step)
-        self._executing: set[asyncio.Future[tuple[list[JobOutputs], BatchTimings]]] = set()
+        self._executing = 0  # batches handed to an instance and not finished
         self._inflight = 0
         self._seq = 0
         self._next_release = 0
         self._held: dict[int, Callable[[], None]] = {}
         self._stopping = False
-        pool.on_release(self._driver.wake)
+        pool.on_release(self._released)
 
     @property
     def inflight(self) -> int:
@@ -79,6 +79,11 @@ class DynamicBatchScheduler:
             raise
         finally:
             self._inflight -= 1
+
+    def _released(self) -> None:
+        """A freed instance matters only to queued jobs: with none, no step is needed."""
+        if len(self._queues):
+            self._driver.wake()
 
     def _step(self) -> None:
         """One pass of the batching rules; forms as many batches as free instances allow."""
@@ -118,26 +123,42 @@ class DynamicBatchScheduler:
             )
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
+        """Straight to the instance's thread: no task in between (see instances.py)."""
         if self._preserve_ordering:  # responses leave in the order requests leave the queue
             for job in jobs:
                 job.seq = self._seq
                 self._seq += 1
-        execution = self._pool.launch_jobs(worker, jobs)
-        self._executing.add(execution)
-        execution.add_done_callback(lambda done: self._finished(jobs, done))
+        self._executing += 1
+        self._pool.dispatch(
+            worker,
+            lambda instance: execute_batch(instance, jobs),
+            lambda outcome, error: self._finished(jobs, outcome, error),
+        )
 
     def _finished(
-        self, jobs: list[Job], done: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
+        self,
+        jobs: list[Job],
+        outcome: tuple[list[JobOutputs], BatchTimings] | None,
+        error: BaseException | None,
     ) -> None:
-        self._executing.discard(done)
-        error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
-        if error is not None:
+        self._executing -= 1
+        if outcome is None:
             failure = error if isinstance(error, ServerError) else Unavailable(str(error))
             for job in jobs:
                 self._complete(job, functools.partial(self._fail, job, failure))
             return
-        outputs, timings = done.result()
+        outputs, timings = outcome
         self._stats.record_execution(sum(j.size for j in jobs), timings)
+        if not self._preserve_ordering:  # the common case: deliver now, no partials
+            for job, out in zip(jobs, outputs, strict=True):
+                future = job.future
+                if future is None or future.done():
+                    continue
+                if isinstance(out, ServerError):
+                    future.set_exception(out)
+                else:
+                    future.set_result(ExecutionResult(out, timings.start - job.enqueue_ns, timings))
+            return
         for job, out in zip(jobs, outputs, strict=True):
             if isinstance(out, ServerError):
                 self._complete(job, functools.partial(self._fail, job, out))

@@ -23,32 +23,31 @@ def hold_count(variable: str) -> int:
 
 
 class Driver:
-    """One asyncio task per scheduler that runs ``step`` whenever it is woken: by a new
-    job, a freed instance or its own timer. Started on the first wake, inside the loop."""
+    """Runs a scheduler's ``step`` soon after it is woken: by a new job, a freed instance or
+    its own timer. Wakes before the step runs coalesce into one ``call_soon`` (no task and
+    no event per wake-up), so the step sees every job submitted in the meantime."""
 
     def __init__(self, name: str, step: Callable[[], None]) -> None:
-        self._name = name
+        self.name = name
         self._step = step
-        self._event = asyncio.Event()
-        self._timer = WakeTimer(self._event.set)
-        self._task: asyncio.Task[None] | None = None
+        self._scheduled = False
+        self._closed = False
+        self._timer = WakeTimer(self.wake)
 
     def wake(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-        self._event.set()
+        if not self._scheduled and not self._closed:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        if not self._closed:
+            self._step()
 
     def arm(self, wait_until_ns: int | None, now_ns: int) -> None:
         """Wake again at ``wait_until_ns`` (None: only on the next event)."""
         self._timer.arm(wait_until_ns, now_ns)
 
-    async def _run(self) -> None:
-        while True:
-            await self._event.wait()
-            self._event.clear()
-            self._step()
-
     def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        self._closed = True
         self._timer.close()

@@ -1,57 +1,106 @@
-"""Model instances, each with its own worker thread, and the pool that hands them out.
+"""Model instances, each with its own thread, and the pool that hands them out.
 
 One thread per instance keeps an instance's executions strictly serial (sessions are not
 shared between threads) while instances run in parallel; the event loop never blocks.
+A thread takes work from a queue and hands each result back through the loop's
+``Mailbox`` (one wake-up for what finishes together). The batchers pick a free instance
+and give it one batch (``launch``); the default scheduler lets the instances' threads
+share one queue instead (``share_inbox``, ``submit``), so whichever instance frees first
+takes the next request, with no step on the loop in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from queue import SimpleQueue
+from typing import Any, TypeVar
 
 from ..backends.base import ModelInstance, RequestInstance
 from ..statistics import BatchTimings
 from .base import Job
 from .batch import JobOutputs, execute_batch
+from .handoff import mailbox_for
 
-__all__ = ["InstancePool", "InstanceWorker"]
+__all__ = ["Deliver", "InstancePool", "InstanceWorker"]
 
 T = TypeVar("T")
+Instance = ModelInstance | RequestInstance
+Deliver = Callable[[Any, BaseException | None], None]
+# (work, deliver, mailbox): ``deliver(result, error)`` runs on the mailbox's loop.
+_Work = tuple[Callable[[Instance], Any], Deliver, Any]
+
+
+def _name_os_thread(name: str) -> None:
+    """Give the OS thread the instance's name (``top -H``, /proc: where the CPU goes)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass  # not Linux, or not allowed: the name is only a convenience
 
 
 class InstanceWorker:
-    def __init__(self, instance: ModelInstance | RequestInstance, index: int = 0) -> None:
+    def __init__(self, instance: Instance, index: int = 0) -> None:
         self.instance = instance
         self.index = index
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=instance.spec.name)
+        self.inbox: SimpleQueue[_Work | None] = SimpleQueue()
+        self._thread: threading.Thread | None = None
 
-    def call(self, work: Callable[[ModelInstance | RequestInstance], T]) -> asyncio.Future[T]:
-        """Start ``work(instance)`` in this instance's thread now.
+    def start(self) -> None:
+        """Start the thread (once); it serves ``inbox`` until it takes a None."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name=f"{self.instance.spec.name}", daemon=True
+            )
+            self._thread.start()
 
-        Submitting here, not from a task that starts on a later loop iteration, keeps the
-        instance busy: a batch finishing wakes dozens of handlers, and the next batch must
-        not wait until all of them have sent their responses."""
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._executor, work, self.instance)
+    def _serve(self) -> None:
+        _name_os_thread(self.instance.spec.name)
+        inbox, instance = self.inbox, self.instance
+        while (item := inbox.get()) is not None:
+            work, deliver, mailbox = item
+            try:
+                result, error = work(instance), None
+            except BaseException as exc:  # delivered to the caller, as a future would
+                result, error = None, exc
+            mailbox.post(deliver, result, error)
+            del item, work, deliver, result, error  # hold nothing while waiting
+
+    def put(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:
+        """Run ``work(instance)`` in this instance's thread; ``deliver`` gets the outcome on
+        the calling event loop."""
+        self.start()
+        self.inbox.put((work, deliver, mailbox_for(asyncio.get_running_loop())))
+
+    def stop(self) -> None:
+        """Ask the thread to end after the work queued before this."""
+        self.inbox.put(None)
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        self.stop()
+        self.join()
         self.instance.close()
 
 
 class InstancePool:
-    """Free instances in FIFO order: request N+1 waits for the first one released."""
+    """Free instances in FIFO order; ``launch`` runs work on one and frees it after."""
 
     def __init__(self, workers: Sequence[InstanceWorker]) -> None:
         self.workers = list(workers)
         for index, worker in enumerate(self.workers):
             worker.index = index
         self._free: deque[InstanceWorker] = deque(self.workers)
-        self._waiters: deque[asyncio.Future[InstanceWorker]] = deque()
         self._listeners: list[Callable[[], None]] = []
+        self._shared: SimpleQueue[_Work | None] | None = None
+        self._started = False
 
     def on_release(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -62,18 +111,6 @@ class InstancePool:
 
     def is_free(self, index: int) -> bool:
         return self.workers[index] in self._free
-
-    async def acquire(self) -> InstanceWorker:
-        if self._free and not self._waiters:
-            return self._free.popleft()
-        waiter: asyncio.Future[InstanceWorker] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())  # handed over just as the caller left
-            raise
 
     def try_acquire(self) -> InstanceWorker | None:
         return self._free.popleft() if self._free else None
@@ -87,34 +124,68 @@ class InstancePool:
         return worker
 
     def release(self, worker: InstanceWorker) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(worker)
-                break
-        else:
-            self._free.append(worker)
+        self._free.append(worker)
         for listener in self._listeners:
             listener()
 
-    def launch(
-        self, worker: InstanceWorker, work: Callable[[ModelInstance | RequestInstance], T]
-    ) -> asyncio.Future[T]:
-        """Start ``work`` on an acquired worker; the worker returns to the pool when its
-        thread is done, even if every caller has gone away meanwhile."""
-        execution = worker.call(work)
-        execution.add_done_callback(lambda _: self.release(worker))
-        return execution
+    def dispatch(
+        self, worker: InstanceWorker, work: Callable[[Instance], T], deliver: Deliver
+    ) -> None:
+        """Run ``work`` on an acquired worker; the worker returns to the pool when its
+        thread is done (before ``deliver`` runs), even if every caller has gone away."""
+
+        def done(result: Any, error: BaseException | None) -> None:
+            self.release(worker)
+            deliver(result, error)
+
+        worker.put(work, done)
+
+    def launch(self, worker: InstanceWorker, work: Callable[[Instance], T]) -> asyncio.Future[T]:
+        """``dispatch`` with a future for the outcome."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+        self.dispatch(worker, work, settle)
+        return future
 
     def launch_jobs(
         self, worker: InstanceWorker, jobs: Sequence[Job]
     ) -> asyncio.Future[tuple[list[JobOutputs], BatchTimings]]:
         return self.launch(worker, lambda instance: execute_batch(instance, jobs))
 
+    def share_inbox(self) -> None:
+        """From now on the instances' threads take work from one queue (``submit``): the
+        first to be free runs the next item. Free/acquire bookkeeping is then unused."""
+        if self._shared is None:
+            self._shared = SimpleQueue()
+            for worker in self.workers:
+                worker.inbox = self._shared
+            self._free.clear()
+
+    def submit(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:
+        """Queue ``work`` for whichever instance is free first (after ``share_inbox``)."""
+        shared = self._shared
+        assert shared is not None, "submit needs share_inbox()"
+        if not self._started:  # the threads start with the first request, all at once
+            self._started = True
+            for worker in self.workers:
+                worker.start()
+        shared.put((work, deliver, mailbox_for(asyncio.get_running_loop())))
+
     async def aclose(self) -> None:
         """Wait for running executions and free the instances, off the event loop."""
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
+        for worker in self.workers:  # every thread gets its stop, even from a shared queue
+            worker.stop()
         for worker in self.workers:
-            worker.close()
+            worker.join()
+            worker.instance.close()

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ..backends.base import ModelInstance, RequestInstance
 from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import Array, ExecutionResult, Job
-from .batch import union_outputs
+from .batch import takes_requests, union_outputs
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -276,7 +277,7 @@ class SequenceBatchScheduler:
         inputs = build_sequence_inputs(
             rows, states, self._controls, self._states, self._declared, self._batched
         )
-        if isinstance(instance, RequestInstance):
+        if takes_requests(instance):
             # Request backends cannot hand back implicit state (Triton's python backend
             # has no state API): every request of the sequence sees the initial state.
             per_request, timings = execute_request_rows(
@@ -284,7 +285,7 @@ class SequenceBatchScheduler:
             )
             return per_request, [None] * len(rows), timings
         input_end = self._clock()
-        results = instance.execute(inputs, outputs)
+        results = cast(ModelInstance, instance).execute(inputs, outputs)
         infer_end = self._clock()
         per_row: list[RowOutputs] = []
         new_states: list[list[Array] | None] = []

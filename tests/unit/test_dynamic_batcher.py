@@ -299,11 +299,13 @@ async def test_default_scheduler_runs_n_instances_in_parallel() -> None:
 
 
 async def test_default_scheduler_counts_requests_cancelled_while_waiting() -> None:
-    busy = Doubler(delay=0.2)
+    # Long enough that a stalled loop (busy machine) still times out the second request
+    # before the instance's thread is free to take it.
+    busy = Doubler(delay=0.5)
     stats = ModelStats()
     scheduler = DefaultScheduler(InstancePool([InstanceWorker(busy)]), stats)
     running = asyncio.create_task(scheduler.submit(request(1)))
-    await asyncio.sleep(0.02)
+    assert await asyncio.to_thread(busy.started.wait, 5)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(scheduler.submit(request(2)), timeout=0.05)
     await running

@@ -248,29 +248,80 @@ async def test_executions_run_on_the_instance_named_thread() -> None:
 
 
 async def test_pool_hands_out_workers_fifo_and_launch_releases_when_done() -> None:
-    s = make_setup(2)
+    log: list[Execution] = []
+    instances = [FakeInstance(f"inst{i}", log) for i in range(2)]
+    pool = InstancePool([InstanceWorker(i) for i in instances])
     released: list[int] = []
-    s.pool.on_release(lambda: released.append(1))
+    pool.on_release(lambda: released.append(1))
     try:
-        w0 = await s.pool.acquire()
-        w1 = s.pool.try_acquire()
-        assert w1 is not None
-        assert [w0.instance, w1.instance] == s.instances
-        assert not s.pool.has_free
-        assert s.pool.try_acquire() is None
-        waiter = asyncio.ensure_future(s.pool.acquire())
-        task = s.pool.launch_jobs(w0, [job("x", 0.1, ["O"])])
+        w0 = pool.try_acquire()
+        w1 = pool.try_acquire()
+        assert w0 is not None and w1 is not None
+        assert [w0.instance, w1.instance] == instances
+        assert not pool.has_free
+        assert pool.try_acquire() is None
+        task = pool.launch_jobs(w0, [job("x", 0.1, ["O"])])
         await asyncio.sleep(0.03)
-        assert not waiter.done()  # w0 is still executing
+        assert not pool.has_free and released == []  # w0 is still executing
         outputs, timings = await task
         assert outputs == [{"O": np.array("x")}]
         assert timings.start <= timings.input_end <= timings.infer_end <= timings.end
-        assert (await asyncio.wait_for(waiter, 1)) is w0
         assert released == [1]
-        s.pool.release(w1)
-        assert s.pool.has_free
+        assert pool.try_acquire() is w0  # released before the caller saw the result
+        pool.release(w1)
+        pool.release(w0)
+        assert pool.take(1) is w1 and pool.take(1) is None
     finally:
-        s.pool.close()
+        pool.close()
+    assert all(i.closed for i in instances)
+
+
+async def test_launch_delivers_an_execution_error_and_frees_the_instance() -> None:
+    log: list[Execution] = []
+    pool = InstancePool([InstanceWorker(FakeInstance("inst0", log))])
+    try:
+        worker = pool.try_acquire()
+        assert worker is not None
+        with pytest.raises(Internal, match="job bad failed"):
+            await pool.launch_jobs(worker, [job("bad", 0.0, fail=True)])
+        assert pool.has_free
+    finally:
+        pool.close()
+
+
+async def test_completions_finishing_together_wake_the_loop_once() -> None:
+    """Work that finishes while the loop is busy is delivered in one batch."""
+    log: list[Execution] = []
+    s_pool = InstancePool([InstanceWorker(FakeInstance(f"inst{i}", log)) for i in range(3)])
+    loop = asyncio.get_running_loop()
+    wakeups = 0
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal wakeups
+        wakeups += 1
+        return original(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    delivered: list[str] = []
+    try:
+        for index in range(3):
+            worker = s_pool.try_acquire()
+            assert worker is not None
+            s_pool.dispatch(
+                worker,
+                lambda instance, i=index: instance.execute(  # type: ignore[union-attr]
+                    {"job": str(i), "delay": 0.0}, []
+                ),
+                lambda outcome, error, i=index: delivered.append(str(i)),
+            )
+        time.sleep(0.2)  # noqa: ASYNC251 - block the loop: all three finish before a drain
+        await asyncio.sleep(0.01)
+    finally:
+        del loop.call_soon_threadsafe
+        s_pool.close()
+    assert sorted(delivered) == ["0", "1", "2"]
+    assert wakeups == 1
 
 
 async def test_default_scheduler_counts_inflight_and_stops() -> None:

@@ -1,0 +1,125 @@
+"""Driving gRPC unary calls with h2load, and reading what a server spent on them.
+
+h2load (Debian's ``nghttp2-client``) is a C HTTP/2 load generator: it POSTs one prebuilt
+body over ``-c`` connections with ``-m`` streams each, so the client costs the shared
+cores little. A gRPC body is the serialized message behind a 5-byte frame prefix. h2load
+counts HTTP 2xx answers, and a failed gRPC call is still HTTP 200 (its status travels in
+the trailers), so successes are counted by the server's own statistics instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import grpc
+
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+
+__all__ = [
+    "INSTALL_HINT",
+    "grpc_body",
+    "h2load",
+    "have_h2load",
+    "model_successes",
+    "thread_cpu_seconds",
+    "tree_cpu_seconds",
+]
+
+INSTALL_HINT = "h2load not found (Debian: apt-get install nghttp2-client)"
+MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_SUCCEEDED = re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded")
+_STATUS_2XX = re.compile(r"status codes: (\d+) 2xx")
+
+
+def have_h2load() -> bool:
+    return shutil.which("h2load") is not None
+
+
+def grpc_body(message: bytes) -> bytes:
+    """One uncompressed gRPC message frame: flag 0, 4-byte big-endian length, message."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def h2load(url: str, body: Path, connections: int, streams: int, seconds: float) -> int:
+    """POST ``body`` to ModelInfer for ``seconds``; returns the HTTP 2xx answers."""
+    command = [
+        "h2load",
+        f"http://{url}{MODEL_INFER_PATH}",
+        "-d",
+        str(body),
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        "-c",
+        str(connections),
+        "-m",
+        str(streams),
+        "-D",
+        f"{max(1, round(seconds * 1000))}ms",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    found = _STATUS_2XX.search(done.stdout) or _SUCCEEDED.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"h2load failed ({done.returncode}): {done.stdout}{done.stderr}")
+    return int(found.group(1))
+
+
+def model_successes(url: str, model: str) -> int:
+    """``inference_stats.success.count`` of ``model`` (all versions), from ModelStatistics."""
+    with grpc.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        reply = stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
+    return sum(s.inference_stats.success.count for s in reply.model_stats)
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()  # comm may hold spaces: skip past it
+
+
+def tree_cpu_seconds(root_pid: int) -> float:
+    """User + system CPU of ``root_pid`` and every live descendant (all threads), /proc."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(f"/proc/{entry}/stat")) is not None:
+            parents[int(entry)] = int(fields[1])
+            times[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(times.get(pid, 0.0) for pid in tree)
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of the threads of ``pid`` by thread name, summed over
+    threads of one name; the process's first thread (the event loop's) is ``main``."""
+    out: dict[str, tuple[float, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if fields is not None:
+            name = "main" if tid == str(pid) else name
+            user, system = out.get(name, (0.0, 0.0))
+            out[name] = (
+                user + int(fields[11]) / _CLOCK_TICKS,
+                system + int(fields[12]) / _CLOCK_TICKS,
+            )
+    return out
