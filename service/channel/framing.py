@@ -13,7 +13,7 @@ import pickle
 import socket
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["Channel", "recv_hello", "send_hello"]
 
@@ -40,8 +40,8 @@ class Channel(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport: asyncio's subclasses asyncio.Transport, uvloop's does not.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
