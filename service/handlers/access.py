@@ -64,9 +64,12 @@ def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
     ``context.write`` such as the health service's Watch)."""
     message = f"This protocol is restricted, expecting header '{header}'"
 
-    async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """The status without ``context.abort``, whose exception would keep the request
+        alive in a reference cycle (see status.py)."""
         log.warning("%s refused: restricted protocol, header '%s' missing or wrong", rpc, header)
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        context.set_code(grpc.StatusCode.UNAVAILABLE)
+        context.set_details(message)
 
     if inspect.isasyncgenfunction(method):
 
@@ -75,7 +78,8 @@ def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             if not _has_key(context, header, expected):
-                await refuse(context)
+                refuse(context)
+                return
             async for item in method(request, context):
                 yield item
 
@@ -84,7 +88,8 @@ def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
     @functools.wraps(method)
     async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if not _has_key(context, header, expected):
-            await refuse(context)
+            refuse(context)
+            return None
         return await method(request, context)
 
     return guarded

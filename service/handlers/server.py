@@ -6,11 +6,10 @@ import logging
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
@@ -18,12 +17,16 @@ from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
 from .servicer import InferenceServicer
+from .wire import add_service
 
 __all__ = ["GrpcFrontend"]
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+SERVICE_NAME = SERVICE.full_name
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+_REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
@@ -83,11 +86,12 @@ class GrpcFrontend:
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
-        )
+        # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
+        add_service(self._server, SERVICE, self._servicer, checks_own=True)
+        add_service(self._server, _HEALTH, self._health, checks_own=False)
+        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflector = reflection.aio.ReflectionServicer(names)  # type: ignore[attr-defined]
+        add_service(self._server, _REFLECTION, reflector, checks_own=False)
 
     async def start(self) -> int:
         """Bind and start; returns the bound port (useful with --grpc-port 0)."""

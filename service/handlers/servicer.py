@@ -14,6 +14,7 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..core.server import InferenceServer
 from ..errors import InvalidArgument, ServerError, Unimplemented
+from ..heap import after_failed_request
 from ..telemetry.logs import LogControl
 from ..telemetry.spans import RequestTrace, begin_request
 from ..telemetry.tracing import Tracing
@@ -33,7 +34,8 @@ from .settings_codec import (
     encode_log_settings,
     encode_trace_settings,
 )
-from .status import GRPC_STATUS, grpc_errors, log_request_error
+from .status import GRPC_STATUS, grpc_errors, log_request_error, request_bytes
+from .wire import Malformed
 
 __all__ = ["InferenceServicer"]
 
@@ -46,8 +48,10 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
 
 
-def _decode(request: pb.ModelInferRequest) -> InferRequest:
+def _decode(request: pb.ModelInferRequest | Malformed) -> InferRequest:
     """Decoding faults carry the request id prefix too, as every other request error."""
+    if isinstance(request, Malformed):  # a stream item whose bytes did not parse
+        raise InvalidArgument(request.message)
     try:
         return decode_infer_request(request)
     except ServerError as exc:
@@ -131,9 +135,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response = await self._core.infer(decode_infer_request(request))
         return encode_infer_response(response, self._max_send)
 
-    def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> RequestTrace | None:
+    def _stream_trace(
+        self, request: pb.ModelInferRequest | Malformed, context: Context
+    ) -> RequestTrace | None:
         tracing = self._tracing
-        if tracing is None or not tracing.active:
+        if tracing is None or not tracing.active or isinstance(request, Malformed):
             return None
         return begin_request(tracing, "ModelStreamInfer", request, context.invocation_metadata())
 
@@ -150,7 +156,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
 
-        async def serve_one(request: pb.ModelInferRequest) -> None:
+        async def serve_one(request: pb.ModelInferRequest | Malformed) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
                 async for response in self._stream_responses(request):
@@ -194,7 +200,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_responses(
-        self, request: pb.ModelInferRequest, trace: RequestTrace | None = None
+        self, request: pb.ModelInferRequest | Malformed, trace: RequestTrace | None = None
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Every response of one request (several for decoupled models), errors in-band.
 
@@ -223,12 +229,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "unhandled error",
                 traceback=True,
             )
+        after_failed_request(request_bytes(request))
         if trace is not None:
             trace.fail(message)
         yield pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(
-                model_name=request.model_name, model_version=request.model_version, id=request.id
+                model_name=getattr(request, "model_name", ""),  # not on Malformed
+                model_version=getattr(request, "model_version", ""),
+                id=getattr(request, "id", ""),
             ),
         )
 
