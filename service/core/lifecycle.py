@@ -156,12 +156,20 @@ class ModelManager:
                     path = await asyncio.to_thread(self._staging.stage, name, files)
                 except ValueError as exc:
                     raise InvalidArgument(f"failed to load '{name}': {exc}") from None
-                directory = model_directory(name, path, path.parent)
+                entry = None
+                try:
+                    directory = model_directory(name, path, path.parent)
+                    entry = await self._replace(directory, override, staged=True)
+                finally:
+                    # A copy no serving version uses goes at once (a failed load's; one a
+                    # failed reload did not swap in was released when it was retired).
+                    if entry is None or not entry.ready_versions():
+                        await asyncio.to_thread(self._staging.release, path)
             else:
                 directory = discover_models(self._repositories).get(name)  # type: ignore[assignment]
                 if directory is None:
                     raise NotFound(f"failed to load '{name}': no model '{name}' in any repository")
-            entry = await self._replace(directory, override, staged=bool(files))
+                entry = await self._replace(directory, override)
             if entry.failure:
                 raise InvalidArgument(f"failed to load '{name}': {entry.failure}")
 
@@ -379,9 +387,9 @@ class ModelManager:
         entry.versions = {m.version: m for m in loaded}
         return entry
 
-    @staticmethod
-    async def _retire(entry: ModelEntry) -> None:
-        """Stop taking requests, let accepted ones finish, free the instances."""
+    async def _retire(self, entry: ModelEntry) -> None:
+        """Stop taking requests, let accepted ones finish, free the instances, and remove
+        the staged copy the entry was loaded from."""
         for model in entry.versions.values():
             if model.scheduler is not None:
                 model.state = ModelState.UNLOADING
@@ -390,3 +398,5 @@ class ModelManager:
                 model.scheduler = None
             model.state = ModelState.UNAVAILABLE
             model.reason = model.reason or "unloaded"
+        if entry.staged:
+            await asyncio.to_thread(self._staging.release, entry.directory.path)

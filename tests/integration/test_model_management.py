@@ -287,6 +287,7 @@ BAD_FILE_NAMES = [
     "file:1/./x",
     "file:x/model.onnx",
     "file:1",
+    "file:1/" + "x" * 300,  # longer than the file system allows (was INTERNAL)
 ]
 
 
@@ -319,6 +320,35 @@ def test_file_name_escapes_are_refused(
     assert not (tmp_path / "escaped").exists()
     assert not (server_tmp.parent / "x").exists()
     assert not ec.is_model_ready(model)
+
+
+def test_staged_copies_are_removed_with_their_versions(
+    ec: grpcclient.InferenceServerClient, server_tmp: Path
+) -> None:
+    """One copy on disk while loaded however often it is reloaded, none after unload, and
+    none left by a failed load (each used to stay until the server exited)."""
+
+    def copies() -> list[Path]:
+        return [p for area in server_tmp.glob("model-staging-*") for p in area.iterdir()]
+
+    onnx_bytes = models.add_sub_model().SerializeToString()
+    before = copies()
+    for _ in range(6):
+        ec.load_model(
+            "staged", config=add_sub_json("staged"), files={"file:1/model.onnx": onnx_bytes}
+        )
+        assert len(copies()) == len(before) + 1
+    assert ec.is_model_ready("staged")
+    ec.unload_model("staged")
+    assert copies() == before
+    expect_error(
+        lambda: ec.load_model(
+            "staged", config=add_sub_json("staged"), files={"file:1/model.onnx": b"not onnx"}
+        ),
+        "INVALID_ARGUMENT",
+        contains=["failed to load 'staged'"],
+    )
+    assert copies() == before
 
 
 @pytest.mark.parametrize("kind", ["parent", "absolute", "nested"])
