@@ -16,6 +16,7 @@ from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
 from .handlers.server import GrpcFrontend
+from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
 from .telemetry.gpu import GpuMetrics
@@ -46,7 +47,12 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         # Before any model loads: each ModelStats takes its observer when it is created.
         set_observer_factory(functools.partial(LatencyObserver, latency))
     mode = ControlMode(config.model_control_mode)
-    models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
+    models = ModelManager(
+        config.model_repositories,
+        mode=mode,
+        startup_models=config.load_models,
+        limits=ConfigLimits(max_instances=config.max_instances_per_model),
+    )
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
     core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
     tracing = Tracing(config.trace)

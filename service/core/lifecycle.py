@@ -20,6 +20,7 @@ from ..errors import InvalidArgument, NotFound, Unavailable
 from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
+from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea
 from ..repository.version_policy import select_versions
 from ..scheduling.ensemble import StepRunner
@@ -72,8 +73,10 @@ class ModelManager:
         *,
         mode: ControlMode = ControlMode.NONE,
         startup_models: Sequence[str] = (),
+        limits: ConfigLimits | None = None,
     ) -> None:
         self._repositories = list(repositories)
+        self._limits = limits or ConfigLimits()
         self._mode = mode
         self._startup_models = list(startup_models)
         self._models: dict[str, ModelEntry] = {}
@@ -363,6 +366,7 @@ class ModelManager:
         try:
             entry.fingerprint = await asyncio.to_thread(fingerprint, directory.path)
             config = read_config(directory, override)
+            check_config(config, self._limits)
             versions = select_versions(config.version_policy, directory.versions)
             if not versions:
                 raise ValueError(

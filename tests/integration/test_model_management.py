@@ -322,6 +322,36 @@ def test_file_name_escapes_are_refused(
     assert not ec.is_model_ready(model)
 
 
+@pytest.mark.parametrize("case", ["instances", "absolute-file", "parent-file"])
+def test_hostile_config_overrides_are_invalid_argument(
+    ec: grpcclient.InferenceServerClient, tmp_path: Path, case: str
+) -> None:
+    """A config that would load without bound, or a model file from anywhere on the host
+    (pathlib drops the version folder for an absolute name), fails at once."""
+    onnx_bytes = models.add_sub_model().SerializeToString()
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes(onnx_bytes)
+    config = json.loads(add_sub_json("hostile", instances=100000 if case == "instances" else 1))
+    if case != "instances":
+        name = str(outside) if case == "absolute-file" else "../../../../../" + str(outside)
+        config["default_model_filename"] = name
+    expected = {
+        "instances": "asks for 100000 instances, more than the limit of 1024 "
+        "(--max-instances-per-model)",
+        "absolute-file": "must name a file inside the version folder",
+        "parent-file": "must name a file inside the version folder",
+    }[case]
+    expect_error(
+        lambda: ec.load_model(
+            "hostile", config=json.dumps(config), files={"file:1/model.onnx": onnx_bytes}
+        ),
+        "INVALID_ARGUMENT",
+        contains=["failed to load 'hostile'", expected],
+    )
+    assert not ec.is_model_ready("hostile")
+    assert ec.is_model_ready("add_sub")
+
+
 def test_staged_copies_are_removed_with_their_versions(
     ec: grpcclient.InferenceServerClient, server_tmp: Path
 ) -> None:
