@@ -123,6 +123,7 @@ class ModelStats:
     batches: dict[int, BatchStats] = field(default_factory=dict)
     responses: dict[int, ResponseStats] = field(default_factory=dict)
     memory_bytes: int = 0  # CPU memory the loaded instances took (estimate, see loader)
+    gpu_memory_bytes: dict[int, int] = field(default_factory=dict)  # CUDA ordinal -> bytes
     wall_ms: Callable[[], int] = _wall_ms
     observer: StatsObserver | None = field(default_factory=_new_observer, repr=False, compare=False)
 

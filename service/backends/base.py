@@ -64,6 +64,11 @@ class ModelInstance(Protocol):
 class Backend(Protocol):
     name: str
 
+    @property
+    def supports_gpu(self) -> bool:
+        """Whether instances can run on a GPU (``KIND_AUTO`` becomes ``KIND_GPU`` only then)."""
+        ...
+
     def open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
     ) -> ModelInstance | RequestInstance:

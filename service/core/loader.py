@@ -13,13 +13,15 @@ from pathlib import Path
 
 from inference import model_config_pb2 as mc
 
-from ..backends.base import InstanceSpec, ModelInstance, RequestInstance
+from ..backends.base import ModelInstance, RequestInstance
 from ..backends.registry import get_backend
+from ..gpus import inventory
 from ..repository.completion import check_against_signature, complete
 from ..repository.ensemble_config import ConfigLookup, validate_ensemble
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
+from .instance_groups import instance_specs
 from .model import ModelState, ModelVersion, io_specs
 
 __all__ = ["instance_specs", "load_ensemble", "load_version"]
@@ -27,7 +29,9 @@ __all__ = ["instance_specs", "load_ensemble", "load_version"]
 log = logging.getLogger(__name__)
 
 # Instances are created one at a time so that the resident-memory growth measured around
-# each load belongs to that model (statistics' memory_usage is this estimate).
+# each load belongs to that model (statistics' memory_usage is this estimate). On GPUs the
+# same is done with the device memory NVML reports for this process (the first model on a
+# device also pays for the CUDA context there).
 _LOAD_LOCK = threading.Lock()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -40,39 +44,6 @@ def _resident_bytes() -> int:
         return 0
 
 
-def instance_specs(config: mc.ModelConfig, cpu_count: int | None = None) -> list[InstanceSpec]:
-    """Expand ``instance_group`` into instances, filling Triton's defaults into the config.
-
-    The intra-op thread budget splits the cores among all instances of the model so that
-    N parallel executions do not oversubscribe the machine.
-    """
-    if not config.instance_group:
-        config.instance_group.add()
-    for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
-        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
-            group.kind = mc.ModelInstanceGroup.KIND_CPU
-    total = sum(group.count for group in config.instance_group)
-    threads = max(1, (cpu_count or os.cpu_count() or 1) // total)
-    specs = []
-    for group in config.instance_group:
-        kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
-        devices = list(group.gpus) or [0]
-        for i in range(group.count):
-            specs.append(
-                InstanceSpec(
-                    name=f"{group.name}_{i}",
-                    kind=kind,
-                    device_id=devices[i % len(devices)],
-                    threads=threads,
-                )
-            )
-    return specs
-
-
 def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> ModelVersion:
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
@@ -82,9 +53,11 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
         if not path.is_dir():
             raise ValueError(f"version folder {version} does not exist")
         backend = get_backend(config.backend)
-        specs = instance_specs(config)
+        specs = instance_specs(config, backend_gpu=backend.supports_gpu)
+        gpus = sorted({s.device_id for s in specs if s.kind == "KIND_GPU"})
         with _LOAD_LOCK:
             before = _resident_bytes()
+            gpu_before = inventory().process_memory() if gpus else {}
             instances.append(backend.open(config, path, specs[0]))
             signature = instances[0].signature()
             if signature is not None:  # request backends may not know their tensors
@@ -92,6 +65,11 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
                 check_against_signature(config, signature)
             instances.extend(backend.open(config, path, spec) for spec in specs[1:])
             model.stats.memory_bytes = max(0, _resident_bytes() - before)
+            if gpus:
+                gpu_after = inventory().process_memory()
+                model.stats.gpu_memory_bytes = {
+                    g: max(0, gpu_after.get(g, 0) - gpu_before.get(g, 0)) for g in gpus
+                }
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()

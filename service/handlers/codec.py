@@ -234,7 +234,13 @@ def encode_model_statistics(entries: Iterable[VersionStats]) -> pb.ModelStatisti
                     )
                     for index, r in sorted(s.responses.items())
                 },
-                memory_usage=[pb.MemoryUsage(type="CPU", id=0, byte_size=s.memory_bytes)],
+                memory_usage=[
+                    pb.MemoryUsage(type="CPU", id=0, byte_size=s.memory_bytes),
+                    *(
+                        pb.MemoryUsage(type="GPU", id=gpu, byte_size=size)
+                        for gpu, size in sorted(s.gpu_memory_bytes.items())
+                    ),
+                ],
                 batch_stats=[
                     pb.InferBatchStatistics(
                         batch_size=size,

@@ -9,10 +9,8 @@ interval" metrics; ``poller.IntervalPoller``); the loop never waits on the drive
 stuck driver cannot hold the exit. The library is injectable (``load``) so tests can feed
 a fake NVML.
 
-Only the GPUs CUDA can see are reported, as Triton does: ``CUDA_VISIBLE_DEVICES`` entries
-are NVML indices or UUID prefixes (index order is NVML's PCI order, i.e. CUDA's with
-``CUDA_DEVICE_ORDER=PCI_BUS_ID``), and the first entry that matches nothing ends the
-list, as in CUDA.
+Only the GPUs CUDA can see are reported, as Triton does (``service.gpus.visible_devices``
+reads ``CUDA_VISIBLE_DEVICES``).
 """
 
 from __future__ import annotations
@@ -20,10 +18,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
+from ..gpus import visible_devices
 from .metrics import format_number
 from .poller import IntervalPoller
 
@@ -67,24 +66,6 @@ def load_pynvml() -> NvmlLibrary:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def visible_devices(cuda_visible: str | None, uuids: Sequence[str]) -> list[int]:
-    """NVML indices of the GPUs CUDA may use, in CUDA's order (see the module docstring)."""
-    if cuda_visible is None:
-        return list(range(len(uuids)))
-    out: list[int] = []
-    for entry in (e.strip() for e in cuda_visible.split(",")):
-        if entry.isdigit():
-            matches = [int(entry)] if int(entry) < len(uuids) else []
-        elif entry.startswith("GPU-"):
-            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-        else:
-            matches = []
-        if len(matches) != 1 or matches[0] in out:
-            break
-        out.append(matches[0])
-    return out
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ BROKEN = {
     "'no_versions'",
     "name_mismatch": "unexpected 'name' in config.pbtxt: expected 'name_mismatch', "
     "got 'other_name'",
+    "bad_accelerator": "unknown Execution Accelerator 'mkldnn' is requested",
 }
 
 
@@ -98,6 +99,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     models.write_model(
         repo, "gpu_model", add_sub, _add_sub_config("gpu_model", instance_kind="KIND_GPU")
+    )
+    accelerator = (
+        'optimization { execution_accelerators { cpu_execution_accelerator [{ name: "mkldnn" }] } }'
+    )
+    models.write_model(
+        repo, "bad_accelerator", add_sub, _add_sub_config("bad_accelerator", accelerator)
     )
     return repo
 
@@ -275,31 +282,42 @@ def test_auto_complete_without_config(client: grpcclient.InferenceServerClient) 
     )
 
 
-# --- KIND_GPU on a machine (or onnxruntime build) without CUDA --------------------------------
+# --- KIND_GPU on a machine without a GPU -----------------------------------------------------
 
 
-def _server_has_cuda_provider() -> bool:
+_SUPPORTED_GPUS = "from service.gpus import inventory; print(inventory().supported())"
+
+
+def _server_sees_gpu() -> bool:
     out = subprocess.run(
-        [SERVICE_PYTHON, "-c", "import onnxruntime; print(onnxruntime.get_available_providers())"],
+        [
+            SERVICE_PYTHON,
+            "-c",
+            "from service.gpus import inventory; print(inventory().supported())",
+        ],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
-    return "CUDAExecutionProvider" in out
+    return out.strip() != "[]"
 
 
-def test_gpu_instance_falls_back_to_cpu(
-    client: grpcclient.InferenceServerClient, server: ServerProcess
+def test_gpu_instance_without_gpu_is_unavailable_with_tritons_reason(
+    client: grpcclient.InferenceServerClient,
 ) -> None:
-    assert client.is_model_ready("gpu_model") is True
-    config = client.get_model_config("gpu_model").config
-    assert [mc.ModelInstanceGroup.Kind.Name(g.kind) for g in config.instance_group] == ["KIND_GPU"]
-    _check_add_sub(client.infer("gpu_model", add_sub_inputs(A, B)), A, B)
-    if _server_has_cuda_provider():
-        pytest.skip("the server's onnxruntime has CUDA: no CPU fallback warning to check")
-    # Triton's log layout: the level letter opens the line ("W1122 12:00:00.000000 ...").
-    warnings = [
-        line for line in server.log.splitlines() if "gpu_model" in line and line.startswith("W")
-    ]
-    assert any("CUDAExecutionProvider" in line for line in warnings), server.log
+    """Triton refuses a KIND_GPU group when no GPU is there (no silent CPU run); KIND_AUTO,
+    the default, becomes KIND_CPU."""
+    if _server_sees_gpu():
+        pytest.skip("this machine has a GPU: the gpu-marked tests cover KIND_GPU here")
+    assert client.is_model_ready("gpu_model") is False
+    expect_error(
+        lambda: client.infer("gpu_model", add_sub_inputs(A, B)),
+        "UNAVAILABLE",
+        contains=[
+            "instance group gpu_model_0 of model gpu_model has kind KIND_GPU but no GPUs "
+            "are available"
+        ],
+    )
+    config = client.get_model_config("good").config
+    assert [mc.ModelInstanceGroup.Kind.Name(g.kind) for g in config.instance_group] == ["KIND_CPU"]

@@ -33,7 +33,6 @@ ADD_SUB_IO = (
     [("OUTPUT0", "FP32", [-1]), ("OUTPUT1", "FP32", [-1])],
 )
 # ~0.1-0.3 s per execution of a 1024-row batch on 2 cores.
-SLOW_WIDTH, SLOW_LAYERS, SLOW_BATCH = 512, 8, 1024
 
 
 def add_sub_config(name: str, max_batch_size: int = 8, extra: str = "") -> str:
@@ -349,25 +348,23 @@ async def test_poll_mode_leaves_staged_models_alone(repo: Path) -> None:
 
 
 async def test_reload_retires_old_version_after_in_flight_jobs(tmp_path: Path) -> None:
-    models.write_model(
-        tmp_path,
-        "slow",
-        models.mlp_model(SLOW_WIDTH, SLOW_LAYERS),
-        models.make_config(
-            "slow",
-            [("INPUT0", "FP32", [SLOW_WIDTH])],
-            [("OUTPUT0", "FP32", [SLOW_WIDTH])],
-            max_batch_size=SLOW_BATCH,
-        ),
+    # The built-in identity backend sleeps in every execution: the jobs are still running
+    # when the reload starts, whatever the machine's speed.
+    version = tmp_path / "slow" / "1"
+    version.mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'name: "slow" backend: "identity" max_batch_size: 8\n'
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }]\n'
+        'parameters { key: "execute_delay_ms" value { string_value: "300" } }\n'
     )
-    x = np.random.default_rng(0).standard_normal((SLOW_BATCH, SLOW_WIDTH), dtype=np.float32)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
     async with manager([tmp_path], startup=["slow"]) as m:
         old = m.get("slow")
         assert old.scheduler is not None
-        warm = await old.scheduler.submit(Job({"INPUT0": x}, ["OUTPUT0"], SLOW_BATCH))
-        expected = warm.outputs["OUTPUT0"]
+        expected = x
         jobs = [
-            asyncio.create_task(old.scheduler.submit(Job({"INPUT0": x}, ["OUTPUT0"], SLOW_BATCH)))
+            asyncio.create_task(old.scheduler.submit(Job({"INPUT0": x}, ["OUTPUT0"], 2)))
             for _ in range(2)
         ]
         await asyncio.sleep(0.02)  # both accepted by the old version's scheduler

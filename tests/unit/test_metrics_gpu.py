@@ -279,6 +279,7 @@ def _real_gpus() -> tuple[int, str]:
 REAL_GPUS, NO_REAL_GPU = _real_gpus()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(REAL_GPUS == 0, reason=NO_REAL_GPU)
 def test_real_gpu_metrics() -> None:
     gpu = GpuMetrics()

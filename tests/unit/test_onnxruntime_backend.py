@@ -316,14 +316,10 @@ def test_bad_thread_count_parameter(tmp_path: Path, key: str) -> None:
     assert f"parameter '{key}' must be an integer, got 'many'" in str(info.value)
 
 
-def test_gpu_kind_without_cuda_runs_on_cpu(tmp_path: Path) -> None:
+def test_gpu_kind_without_cuda_is_refused(tmp_path: Path) -> None:
+    """No silent CPU run for a GPU instance (allow_cpu_fallback: test_gpu_placement)."""
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("this onnxruntime build has CUDA")
     spec = InstanceSpec(name="m_0_0", kind="KIND_GPU", device_id=0, threads=1)
-    instance = open_model(tmp_path, models.identity_model("FP32", [2]), spec=spec)
-    try:
-        assert instance.providers == ["CPUExecutionProvider"]
-        out = instance.execute({"INPUT0": np.array([3, 4], np.float32)}, ["OUTPUT0"])
-        np.testing.assert_array_equal(out["OUTPUT0"], [3, 4])
-    finally:
-        instance.close()
+    with pytest.raises(ValueError, match="needs CUDAExecutionProvider not available"):
+        open_model(tmp_path, models.identity_model("FP32", [2]), spec=spec)

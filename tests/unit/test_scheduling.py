@@ -1,9 +1,8 @@
-"""InstancePool / DefaultScheduler with fake instances; instance_specs; choose_providers."""
+"""InstancePool / DefaultScheduler with fake instances."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -12,18 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from google.protobuf import text_format
 
-from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.backends.onnxruntime.providers import (
-    CPU,
-    CUDA,
-    OPENVINO,
-    TENSORRT,
-    choose_providers,
-)
-from service.core.loader import instance_specs
 from service.errors import Internal
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
@@ -295,189 +284,3 @@ async def test_default_scheduler_counts_inflight_and_stops() -> None:
     assert s.scheduler.inflight == 0
     await s.scheduler.stop()
     assert s.instances[0].closed
-
-
-# --------------------------------------------------------------------------- instance_specs
-
-
-def _config(text: str) -> mc.ModelConfig:
-    return text_format.Parse(text, mc.ModelConfig())
-
-
-def test_instance_specs_defaults_filled_into_config() -> None:
-    config = _config('name: "m"')
-    specs = instance_specs(config, cpu_count=8)
-    assert specs == [InstanceSpec(name="m_0_0", kind="KIND_CPU", device_id=0, threads=8)]
-    (group,) = config.instance_group
-    assert group.name == "m_0"
-    assert group.count == 1
-    assert group.kind == mc.ModelInstanceGroup.KIND_CPU
-
-
-def test_instance_specs_auto_kind_and_zero_count() -> None:
-    config = _config('name: "m" instance_group [{ count: 0 kind: KIND_AUTO }]')
-    specs = instance_specs(config, cpu_count=4)
-    assert [s.kind for s in specs] == ["KIND_CPU"]
-    assert config.instance_group[0].count == 1
-    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
-
-
-def test_instance_specs_thread_budget_split_across_all_instances() -> None:
-    config = _config(
-        'name: "m" instance_group [{ count: 2 kind: KIND_CPU }, '
-        '{ name: "extra" count: 1 kind: KIND_CPU }]'
-    )
-    specs = instance_specs(config, cpu_count=8)
-    assert [s.name for s in specs] == ["m_0_0", "m_0_1", "extra_0"]
-    assert [s.threads for s in specs] == [2, 2, 2]  # 8 // 3
-    assert config.instance_group[1].name == "extra"
-
-
-def test_instance_specs_thread_budget_at_least_one() -> None:
-    config = _config('name: "m" instance_group [{ count: 5 kind: KIND_CPU }]')
-    assert {s.threads for s in instance_specs(config, cpu_count=2)} == {1}
-
-
-def test_instance_specs_default_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.core.loader.os.cpu_count", lambda: 12)
-    config = _config('name: "m" instance_group [{ count: 4 }]')
-    assert {s.threads for s in instance_specs(config)} == {3}
-
-
-def test_instance_specs_gpus_round_robin() -> None:
-    config = _config(
-        'name: "m" instance_group [{ count: 5 kind: KIND_GPU gpus: [0, 2] }, '
-        "{ count: 2 kind: KIND_GPU }]"
-    )
-    specs = instance_specs(config, cpu_count=7)
-    assert [(s.name, s.kind, s.device_id) for s in specs] == [
-        ("m_0_0", "KIND_GPU", 0),
-        ("m_0_1", "KIND_GPU", 2),
-        ("m_0_2", "KIND_GPU", 0),
-        ("m_0_3", "KIND_GPU", 2),
-        ("m_0_4", "KIND_GPU", 0),
-        ("m_1_0", "KIND_GPU", 0),
-        ("m_1_1", "KIND_GPU", 0),
-    ]
-    assert {s.threads for s in specs} == {1}
-
-
-# --------------------------------------------------------------------------- choose_providers
-
-
-def _spec(kind: str = "KIND_CPU", device_id: int = 0) -> InstanceSpec:
-    return InstanceSpec(name="m_0_0", kind=kind, device_id=device_id, threads=1)
-
-
-def test_providers_cpu_only() -> None:
-    choice = choose_providers(_config('name: "m"'), _spec(), [CPU])
-    assert choice.providers == [(CPU, {})]
-    assert choice.names == [CPU]
-    assert choice.dropped == []
-
-
-def test_providers_cpu_kind_ignores_cuda() -> None:
-    choice = choose_providers(_config('name: "m"'), _spec(), [TENSORRT, CUDA, CPU])
-    assert choice.names == [CPU]
-    assert choice.dropped == []
-
-
-def test_providers_gpu_with_cuda() -> None:
-    choice = choose_providers(_config('name: "m"'), _spec("KIND_GPU", 1), [CUDA, CPU])
-    assert choice.providers == [(CUDA, {"device_id": 1}), (CPU, {})]
-    assert choice.dropped == []
-
-
-def test_providers_gpu_without_cuda_falls_back_to_cpu(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        choice = choose_providers(_config('name: "m"'), _spec("KIND_GPU"), [CPU])
-    assert choice.providers == [(CPU, {})]
-    assert choice.dropped == [CUDA]
-    assert CUDA in caplog.text and "not available" in caplog.text
-
-
-def test_providers_auto_kind_follows_cuda_availability() -> None:
-    config = _config('name: "m"')
-    assert choose_providers(config, _spec("KIND_AUTO"), [CUDA, CPU]).names == [CUDA, CPU]
-    auto_cpu = choose_providers(config, _spec("KIND_AUTO"), [CPU])
-    assert (auto_cpu.names, auto_cpu.dropped) == ([CPU], [])
-
-
-_TRT_CONFIG = """
-name: "m"
-optimization { execution_accelerators { gpu_execution_accelerator [{
-  name: "tensorrt"
-  parameters { key: "precision_mode" value: "FP16" }
-  parameters { key: "max_workspace_size_bytes" value: "1073741824" }
-  parameters { key: "trt_engine_cache_enable" value: "true" }
-  parameters { key: "trt_engine_cache_path" value: "/tmp/trt_cache" }
-  parameters { key: "something_else" value: "ignored" }
-}] } }
-"""
-
-
-def test_providers_tensorrt_first_with_options() -> None:
-    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU", 3), [TENSORRT, CUDA, CPU])
-    assert choice.names == [TENSORRT, CUDA, CPU]
-    assert choice.providers[0][1] == {
-        "device_id": 3,
-        "trt_fp16_enable": True,
-        "trt_int8_enable": False,
-        "trt_max_workspace_size": "1073741824",
-        "trt_engine_cache_enable": "true",
-        "trt_engine_cache_path": "/tmp/trt_cache",
-    }
-    assert choice.providers[1] == (CUDA, {"device_id": 3})
-    assert choice.dropped == []
-
-
-def test_providers_tensorrt_int8() -> None:
-    config = _config(_TRT_CONFIG.replace('value: "FP16"', 'value: "int8"'))
-    options = choose_providers(config, _spec("KIND_GPU"), [TENSORRT, CUDA, CPU]).providers[0][1]
-    assert (options["trt_fp16_enable"], options["trt_int8_enable"]) == (False, True)
-
-
-def test_providers_tensorrt_missing_is_dropped() -> None:
-    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU"), [CUDA, CPU])
-    assert choice.names == [CUDA, CPU]
-    assert choice.dropped == [TENSORRT]
-    nothing = choose_providers(_config(_TRT_CONFIG), _spec("KIND_GPU"), [CPU])
-    assert nothing.names == [CPU]
-    assert nothing.dropped == [TENSORRT, CUDA]
-
-
-def test_providers_tensorrt_ignored_on_cpu_instances() -> None:
-    choice = choose_providers(_config(_TRT_CONFIG), _spec("KIND_CPU"), [TENSORRT, CUDA, CPU])
-    assert choice.names == [CPU]
-    assert choice.dropped == []
-
-
-_OPENVINO_CONFIG = """
-name: "m"
-optimization { execution_accelerators { cpu_execution_accelerator [{ name: "openvino" }] } }
-"""
-
-
-def test_providers_openvino() -> None:
-    choice = choose_providers(_config(_OPENVINO_CONFIG), _spec(), [OPENVINO, CPU])
-    assert choice.providers == [(OPENVINO, {}), (CPU, {})]
-    missing = choose_providers(_config(_OPENVINO_CONFIG), _spec(), [CPU])
-    assert (missing.names, missing.dropped) == ([CPU], [OPENVINO])
-
-
-def test_providers_openvino_with_gpu() -> None:
-    choice = choose_providers(_config(_OPENVINO_CONFIG), _spec("KIND_GPU"), [CUDA, OPENVINO, CPU])
-    assert choice.names == [CUDA, OPENVINO, CPU]
-
-
-def test_providers_unknown_accelerators_ignored(caplog: pytest.LogCaptureFixture) -> None:
-    config = _config(
-        'name: "m" optimization { execution_accelerators { '
-        'gpu_execution_accelerator [{ name: "gpu_io" }] '
-        'cpu_execution_accelerator [{ name: "mkldnn" }] } }'
-    )
-    with caplog.at_level(logging.WARNING):
-        choice = choose_providers(config, _spec("KIND_GPU"), [CUDA, CPU])
-    assert choice.names == [CUDA, CPU]
-    assert choice.dropped == []
-    assert "gpu_io" in caplog.text and "mkldnn" in caplog.text

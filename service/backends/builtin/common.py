@@ -132,6 +132,7 @@ class StreamingBackend:
     a misfit is refused with the backend and the model named."""
 
     name: str
+    supports_gpu = False  # host arrays only: KIND_AUTO stays on the CPU
 
     @staticmethod
     def validate(config: mc.ModelConfig) -> None:

@@ -59,6 +59,7 @@ def validate(config: mc.ModelConfig) -> None:
 
 class IdentityBackend:
     name = "identity"
+    supports_gpu = False  # host arrays only: KIND_AUTO stays on the CPU
 
     def __init__(self) -> None:
         self._created = False

@@ -3,12 +3,20 @@
 ORT releases the GIL inside ``run``, so instances in worker threads execute in parallel.
 BF16 has no numpy type in ORT's Python API: such models go through OrtValues built from
 the raw 16-bit patterns, and outputs are copied out of ORT's buffer the same way.
+
+ORT falls back to the CPU without an error when a GPU provider cannot start (missing
+CUDA or cuDNN libraries): ``open`` compares the providers the session really enabled
+with the ones the config asked for and refuses the instance, unless the model allows the
+fallback (``providers.allow_cpu_fallback``). Instances on CUDA run through IO binding
+(``binding.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +30,14 @@ from ...errors import Internal, InvalidArgument
 from ...repository.completion import ModelSignature
 from ...types import TensorSpec
 from ..base import Array, InstanceSpec
-from .providers import choose_providers
+from .binding import BoundRunner, GraphRunner, PinnedBuffers
+from .providers import (
+    CUDA,
+    ProviderChoice,
+    allow_cpu_fallback,
+    choose_providers,
+    cuda_graphs_enabled,
+)
 from .tensor_types import tensor_spec
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeInstance"]
@@ -68,8 +83,67 @@ def _session_options(config: mc.ModelConfig, spec: InstanceSpec) -> ort.SessionO
     return options
 
 
+Runner = BoundRunner | GraphRunner
+
+
+def _check_active(
+    config: mc.ModelConfig, spec: InstanceSpec, choice: ProviderChoice, active: Sequence[str]
+) -> None:
+    """Refuse an instance whose session silently lost a provider the config asked for."""
+    lost = [name for name in choice.required if name not in active]
+    if not lost:
+        return
+    where = f" on GPU {spec.device_id}" if spec.kind == "KIND_GPU" else ""
+    text = (
+        f"onnxruntime did not enable {', '.join(lost)} for instance '{spec.name}'{where} "
+        f"(active: {', '.join(active)})"
+    )
+    if allow_cpu_fallback(config):
+        log.warning("model '%s': %s; running on the CPU (allow_cpu_fallback)", config.name, text)
+        return
+    raise ValueError(
+        f"{text}: the CUDA/cuDNN libraries this onnxruntime build needs were not found or "
+        "the device is unusable (see docs/gpu.md); set parameter allow_cpu_fallback to "
+        "run on the CPU instead"
+    )
+
+
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """Let onnxruntime-gpu find CUDA/cuDNN installed as pip packages (``nvidia/*/lib``, e.g.
+    PyTorch's) before the first CUDA session; LD_LIBRARY_PATH still wins. Once per process;
+    ``ORT_PRELOAD_DLLS=0`` turns it off (docs/gpu.md)."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime >= 1.21
+    if preload is None or os.environ.get("ORT_PRELOAD_DLLS", "1") == "0":
+        return
+    try:
+        preload()
+    except Exception as exc:  # a missing library shows up as an inactive provider later
+        log.warning("onnxruntime.preload_dlls failed: %s", exc)
+
+
+def _runner(
+    config: mc.ModelConfig, spec: InstanceSpec, session: ort.InferenceSession
+) -> Runner | None:
+    """IO binding for sessions on CUDA; plain ``run`` elsewhere (nothing to save on CPU)."""
+    if CUDA not in session.get_providers():
+        return None
+    types = {arg.type for arg in (*session.get_inputs(), *session.get_outputs())}
+    if types & {"tensor(string)", "tensor(bfloat16)"}:
+        return None  # strings stay on the host; BF16 has its own OrtValue path
+    if cuda_graphs_enabled(config):
+        return GraphRunner(session, "cuda", spec.device_id)
+    return BoundRunner(session, "cuda", spec.device_id, PinnedBuffers())
+
+
 class OnnxRuntimeBackend:
     name = "onnxruntime"
+
+    @property
+    def supports_gpu(self) -> bool:
+        """A CUDA-enabled onnxruntime build is installed (whether it works is checked per
+        instance in ``open``)."""
+        return CUDA in ort.get_available_providers()
 
     def open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
@@ -80,6 +154,8 @@ class OnnxRuntimeBackend:
                 f"model file '{model_file.name}' not found in version {version_path.name}"
             )
         choice = choose_providers(config, spec, ort.get_available_providers())
+        if CUDA in choice.names:
+            _preload_cuda_libraries()
         options = _session_options(config, spec)
         try:
             session = ort.InferenceSession(
@@ -87,22 +163,24 @@ class OnnxRuntimeBackend:
             )
         except Exception as exc:  # ORT raises its own exception types for bad files
             raise ValueError(f"onnxruntime failed to load '{model_file.name}': {exc}") from exc
-        active = session.get_providers()
-        lost = [name for name in choice.names if name not in active]
-        if lost:
-            log.warning(
-                "model '%s' instance '%s': onnxruntime did not enable %s; running on %s",
-                config.name,
-                spec.name,
-                ", ".join(lost),
-                ", ".join(active),
-            )
-        return OnnxRuntimeInstance(config.name, spec, session)
+        try:
+            _check_active(config, spec, choice, session.get_providers())
+        except ValueError:
+            del session
+            raise
+        return OnnxRuntimeInstance(config.name, spec, session, _runner(config, spec, session))
 
 
 class OnnxRuntimeInstance:
-    def __init__(self, model_name: str, spec: InstanceSpec, session: ort.InferenceSession) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        spec: InstanceSpec,
+        session: ort.InferenceSession,
+        runner: Runner | None = None,
+    ) -> None:
         self.spec = spec
+        self.runner = runner
         self.providers: list[str] = session.get_providers()
         self._model_name = model_name
         self._session = session
@@ -128,7 +206,9 @@ class OnnxRuntimeInstance:
     def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
         feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
         try:
-            if self._bf16:
+            if self.runner is not None:
+                results = self.runner.run(feeds, outputs)
+            elif self._bf16:
                 values = self._session.run_with_ort_values(list(outputs), self._ort_values(feeds))
                 results = [self._from_ort_value(v) for v in values]
             else:
@@ -175,4 +255,7 @@ class OnnxRuntimeInstance:
         return np.ctypeslib.as_array(buffer).copy().reshape(shape)
 
     def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
         del self._session

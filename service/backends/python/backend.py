@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 class PythonBackend:
     name = "python"
+    supports_gpu = True  # the model decides what runs where (model_instance_kind "GPU")
 
     def open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec

@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import dlpack
+from .dlpack import DeviceTensor
+
 __all__ = [
     "TRITON_STRING_TO_NUMPY",
     "Tensor",
@@ -133,7 +136,8 @@ class TritonModelException(Exception):
 
 
 class Tensor:
-    """A named numpy array. ``as_numpy()`` returns the array itself (no copy)."""
+    """A named tensor: a numpy array (``as_numpy()`` returns it, no copy), or a GPU tensor
+    taken in with ``from_dlpack`` (``is_cpu()`` False; see ``dlpack.py``)."""
 
     def __init__(self, name: str, numpy_array: Array, triton_dtype: int | None = None) -> None:
         array = np.asarray(numpy_array)
@@ -149,20 +153,17 @@ class Tensor:
             target = triton_to_numpy_type(triton_dtype)
             if target is not None and array.dtype != np.dtype(target):
                 array = array.view(target)
-        code = numpy_to_triton_type(array.dtype)
-        if code is None:
-            raise TritonModelException(
-                f"tensor '{name}': numpy dtype {array.dtype} is not supported by the "
-                "python backend; use np.object_ for strings"
-            )
         self._name = name
         self._array = array
-        self._dtype = code
+        self._device: DeviceTensor | None = None
+        self._dtype = _dtype_code(name, array.dtype)
 
     def name(self) -> str:
         return self._name
 
     def as_numpy(self) -> Array:
+        if self._device is not None:
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
         return self._array
 
     def triton_dtype(self) -> int:
@@ -173,14 +174,63 @@ class Tensor:
         return self._dtype
 
     def shape(self) -> list[int]:
-        return [int(d) for d in self._array.shape]
+        shape = self._device.shape if self._device is not None else self._array.shape
+        return [int(d) for d in shape]
 
     def is_cpu(self) -> bool:
-        return True
+        return self._device is None
 
     def to_dlpack(self) -> Any:
-        raise TritonModelException("DLPack is not supported by this server's python backend")
+        """A DLPack capsule sharing this tensor's memory (host or GPU)."""
+        if self._device is not None:
+            return self._device.dlpack()
+        if self._dtype == 13:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        array = self._array
+        if not array.flags.writeable:
+            array = array.copy()  # legacy DLPack cannot mark memory read-only
+        return array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if self._device is not None:
+            return self._device.dlpack(stream)
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self._device is not None:
+            return (dlpack.CUDA, self._device.device_id)
+        return (dlpack.CPU, 0)
 
     @staticmethod
-    def from_dlpack(name: str, capsule: Any) -> Tensor:
-        raise TritonModelException("DLPack is not supported by this server's python backend")
+    def from_dlpack(name: str, dlpack_tensor: Any) -> Tensor:
+        """Take in a DLPack capsule or an object with ``__dlpack__`` (torch, cupy, numpy,
+        jax...) without copying."""
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        try:
+            imported = dlpack.import_dlpack(dlpack_tensor)
+        except dlpack.DLPackError as exc:
+            raise TritonModelException(str(exc)) from None
+        if isinstance(imported, dlpack.DeviceTensor):
+            tensor = Tensor.__new__(Tensor)
+            tensor._name = name
+            tensor._device = imported
+            tensor._array = np.empty(0, dtype=imported.dtype)
+            tensor._dtype = _dtype_code(name, imported.dtype)
+            return tensor
+        return Tensor(name, imported)
+
+    def host_array(self) -> Array:
+        """The data in host memory: the array itself, or one copy from the GPU (what the
+        worker sends back to the server)."""
+        return self._device.to_host() if self._device is not None else self._array
+
+
+def _dtype_code(name: str, dtype: np.dtype[Any]) -> int:
+    code = numpy_to_triton_type(dtype)
+    if code is None:
+        raise TritonModelException(
+            f"tensor '{name}': numpy dtype {dtype} is not supported by the "
+            "python backend; use np.object_ for strings"
+        )
+    return code

@@ -15,6 +15,10 @@ value { string_value: "30" } }``:
   control message; larger ones through shared memory.
 * ``shared_memory_pool_bytes`` (default 256 MiB): reusable shared memory per direction and
   instance; beyond it a message gets a one-shot region.
+* ``FORCE_CPU_ONLY_INPUT_TENSORS`` (Triton's, ``yes`` or ``no``; default ``yes``): with
+  ``no`` Triton may hand a model inputs that are in GPU memory. This server's inputs
+  always arrive in host memory (from the network, or from a host-side composing model), so
+  both values give CPU tensors (``is_cpu()``); the value is checked as Triton checks it.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Settings:
     finalize_timeout: float = DEFAULT_FINALIZE_TIMEOUT
     inline_limit: int = DEFAULT_INLINE_LIMIT
     pool_bytes: int = DEFAULT_POOL_BYTES
+    force_cpu_only_inputs: bool = True
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> Settings:
@@ -64,4 +69,15 @@ class Settings:
             ),
             inline_limit=parameter(config, "inline_tensor_limit_bytes", int, DEFAULT_INLINE_LIMIT),
             pool_bytes=parameter(config, "shared_memory_pool_bytes", int, DEFAULT_POOL_BYTES),
+            force_cpu_only_inputs=_force_cpu_only(config),
         )
+
+
+def _force_cpu_only(config: mc.ModelConfig) -> bool:
+    key = "FORCE_CPU_ONLY_INPUT_TENSORS"
+    if key not in config.parameters:
+        return True
+    value = config.parameters[key].string_value
+    if value not in ("yes", "no"):
+        raise ValueError(f"Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: {value}'")
+    return value == "yes"

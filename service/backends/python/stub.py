@@ -235,7 +235,7 @@ class Stub:
             for tensor in response.output_tensors():
                 if not isinstance(tensor, pb_utils.Tensor):
                     raise pb_utils.TritonModelException("output tensors must be pb_utils.Tensor")
-                outputs.append((tensor.name(), tensor.as_numpy()))
+                outputs.append((tensor.name(), tensor.host_array()))
         item = (index, outputs, error, final)
         with self.batch_lock:
             batch = self.batches.get(call_id)
