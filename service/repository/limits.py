@@ -51,7 +51,7 @@ def check_config(config: mc.ModelConfig, limits: ConfigLimits) -> None:
     name = config.name
     if config.max_batch_size < 0:
         raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
-    instances = sum(max(group.count, 1) for group in config.instance_group) or 1
+    instances = sum(_group_instances(group) for group in config.instance_group) or 1
     if instances > limits.max_instances:
         raise ConfigError(
             f"instance_group of model '{name}' asks for {instances} instances, more than the "
@@ -73,6 +73,12 @@ def check_config(config: mc.ModelConfig, limits: ConfigLimits) -> None:
     if config.HasField("sequence_batching"):
         _check_sequences(config, instances)
     _check_file_names(config)
+
+
+def _group_instances(group: mc.ModelInstanceGroup) -> int:
+    """A KIND_GPU group makes ``count`` instances on each of its GPUs, as in Triton."""
+    gpus = len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else 0
+    return max(group.count, 1) * max(gpus, 1)
 
 
 def _check_dims(

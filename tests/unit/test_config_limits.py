@@ -59,6 +59,11 @@ BAD_FIELDS = [
         "instance_group [ { count: 1000 }, { count: 25 } ]",
         "asks for 1025 instances",
     ),
+    (
+        "instances-per-gpu",
+        "instance_group [ { count: 300 kind: KIND_GPU gpus: [ 0, 1, 2, 3 ] } ]",
+        "asks for 1200 instances",
+    ),
     ("negative-batch", "max_batch_size: -1", "'max_batch_size' must be non-negative value for m"),
     (
         "zero-dim",
