@@ -210,6 +210,15 @@ class ModelStats:
         self.fail.add(request_ns)
         self.last_inference_ms = self.wall_ms()
 
-    def record_cancelled(self) -> None:
-        """A request removed before execution (caller cancelled or deadline passed)."""
+    def record_cancelled(self, request_ns: int = 0) -> None:
+        """A request removed before execution because its caller went away (cancelled, or
+        its deadline passed): a failure, as Triton counts it (reason CANCELED), and a
+        cancellation."""
+        self.fail.add(request_ns)
+        self.last_inference_ms = self.wall_ms()
+        self.cancelled += 1
+
+    def record_caller_gone(self) -> None:
+        """A request that ran after its caller went away (already counted as a success or
+        a failure when the backend finished)."""
         self.cancelled += 1

@@ -164,6 +164,9 @@ class InferenceServer:
             except ServerError as exc:
                 model.stats.record_failure(time.monotonic_ns() - start)
                 raise exc.with_request_id(request.id) from None
+            except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
+                model.stats.record_cancelled(time.monotonic_ns() - start)
+                raise
 
     async def _infer_decoupled(self, request: InferRequest) -> InferResponse:
         """A unary call to a decoupled model works only when it sends exactly one response."""
@@ -204,7 +207,11 @@ class InferenceServer:
             model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
             return _response(model, request_id, outputs, result)
         lookup = time.monotonic_ns()
-        key = await self._key(model, job)
+        try:
+            key = await self._key(model, job)
+        except asyncio.CancelledError:  # the caller left before the scheduler had the job
+            model.stats.record_cancelled(time.monotonic_ns() - start)
+            raise
         cached = cache.get(key)
         looked_up = time.monotonic_ns()
         if cached is not None:

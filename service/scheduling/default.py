@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import count_abandoned
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
 from .inflight import InFlight
@@ -38,11 +39,18 @@ class DefaultScheduler:
             try:
                 worker = await self._pool.acquire()
             except asyncio.CancelledError:
-                self._stats.record_cancelled()
+                self._stats.record_cancelled(self._clock() - job.enqueue_ns)
                 raise
             task = self._pool.launch_jobs(worker, [job])
             task.add_done_callback(lambda t: self._record(job, t))
-            outputs, timings = await asyncio.shield(task)
+            try:
+                outputs, timings = await asyncio.shield(task)
+            except asyncio.CancelledError:  # the caller left; the execution runs on
+                if task.done():
+                    self._count_abandoned(job, task)
+                else:
+                    task.add_done_callback(lambda t: self._count_abandoned(job, t))
+                raise
             if isinstance(outputs[0], ServerError):
                 raise outputs[0]
             return ExecutionResult(outputs[0], timings.start - job.enqueue_ns, timings)
@@ -52,6 +60,24 @@ class DefaultScheduler:
     ) -> None:
         if not task.cancelled() and task.exception() is None:
             self._stats.record_execution(job.size, task.result()[1])
+
+    def _count_abandoned(
+        self, job: Job, task: asyncio.Future[tuple[list[JobOutputs], BatchTimings]]
+    ) -> None:
+        outcome: ExecutionResult | BaseException
+        if task.cancelled():
+            outcome = Unavailable("execution cancelled")
+        elif task.exception() is not None:
+            outcome = task.exception()  # type: ignore[assignment]
+        else:
+            outputs, timings = task.result()
+            out = outputs[0]
+            outcome = (
+                out
+                if isinstance(out, ServerError)
+                else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+            )
+        count_abandoned(self._stats, job, outcome, self._clock())
 
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""

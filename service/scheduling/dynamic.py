@@ -18,6 +18,7 @@ from inference import model_config_pb2 as mc
 
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
 from .base import ExecutionResult, Job
 from .batch import JobOutputs
 from .hooks import DELAY_ENV, Driver, hold_count
@@ -77,6 +78,7 @@ class DynamicBatchScheduler:
             return await job.future
         except asyncio.CancelledError:
             self._driver.wake()  # drop it from the queue now, not at the next event
+            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
             raise
         finally:
             self._inflight -= 1
@@ -85,7 +87,7 @@ class DynamicBatchScheduler:
         """One pass of the batching rules; forms as many batches as free instances allow."""
         now = self._clock()
         for job in self._queues.drop_done():
-            self._stats.record_cancelled()
+            self._stats.record_cancelled(now - job.enqueue_ns)
             self._complete(job, None)
         for job in self._queues.expire(now):
             self._complete(
@@ -133,15 +135,17 @@ class DynamicBatchScheduler:
             result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
             self._complete(job, functools.partial(self._succeed, job, result))
 
-    @staticmethod
-    def _succeed(job: Job, result: ExecutionResult) -> None:
+    def _succeed(self, job: Job, result: ExecutionResult) -> None:
         if job.future is not None and not job.future.done():
             job.future.set_result(result)
+        elif caller_gone(job):
+            count_abandoned(self._stats, job, result, self._clock())
 
-    @staticmethod
-    def _fail(job: Job, error: BaseException) -> None:
+    def _fail(self, job: Job, error: BaseException) -> None:
         if job.future is not None and not job.future.done():
             job.future.set_exception(error)
+        elif caller_gone(job):
+            count_abandoned(self._stats, job, error, self._clock())
 
     def _complete(self, job: Job, deliver: Callable[[], None] | None) -> None:
         """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""

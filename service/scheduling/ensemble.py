@@ -56,7 +56,11 @@ class EnsembleScheduler:
             raise Unavailable(f"model '{self._config.name}' is unloading")
         start = self._clock()
         with self._inflight:
-            tensors = await self._run_steps(job)
+            try:
+                tensors = await self._run_steps(job)
+            except asyncio.CancelledError:  # the steps' own models count their requests
+                self._stats.record_cancelled(self._clock() - start)
+                raise
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)

@@ -22,6 +22,7 @@ from inference import model_config_pb2 as mc
 from ..backends.base import ModelInstance, RequestInstance
 from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
 from .base import Array, ExecutionResult, Job
 from .batch import union_outputs
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
@@ -117,6 +118,7 @@ class SequenceBatchScheduler:
             return await job.future
         except asyncio.CancelledError:
             self._driver.wake()
+            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
             raise
         finally:
             self._inflight -= 1
@@ -177,11 +179,12 @@ class SequenceBatchScheduler:
         return False
 
     def _drop_cancelled(self) -> None:
+        now = self._clock()
         for sequence in self._table.sequences():
             gone = [j for j in sequence.pending if j.future is not None and j.future.done()]
             for job in gone:
                 sequence.pending.remove(job)
-                self._stats.record_cancelled()
+                self._stats.record_cancelled(now - job.enqueue_ns)
                 if job.sequence_end:
                     self._table.release(sequence)
 
@@ -299,9 +302,14 @@ class SequenceBatchScheduler:
                 result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
                 if job.future is not None and not job.future.done():
                     job.future.set_result(result)
-            elif job.future is not None and not job.future.done():
+                elif caller_gone(job):
+                    count_abandoned(self._stats, job, result, now)
+            else:
                 failure = error if isinstance(error, ServerError) else Unavailable(str(error))
-                job.future.set_exception(failure)
+                if job.future is not None and not job.future.done():
+                    job.future.set_exception(failure)
+                elif caller_gone(job):
+                    count_abandoned(self._stats, job, failure, now)
             if job.sequence_end:
                 self._table.release(sequence)
         self._driver.wake()

@@ -42,12 +42,12 @@ def test_values_come_from_model_stats_at_render_time() -> None:
     model.stats.record_execution(4, timings)
     model.stats.record_success(20_999, 3_000, timings)
     model.stats.record_failure(5_000)
-    model.stats.record_cancelled()
+    model.stats.record_cancelled()  # a failure too, as Triton counts it (reason CANCELED)
     model.scheduler = FakeScheduler(inflight=3)
     samples = _samples(renderer.render())
     labels = '{model="m",version="2"}'
     assert samples[f"nv_inference_request_success{labels}"] == "1"
-    assert samples[f"nv_inference_request_failure{labels}"] == "1"
+    assert samples[f"nv_inference_request_failure{labels}"] == "2"
     assert samples[f"nv_inference_request_cancelled{labels}"] == "1"
     assert samples[f"nv_inference_count{labels}"] == "4"
     assert samples[f"nv_inference_exec_count{labels}"] == "1"
