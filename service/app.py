@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from .cache import ResponseCache
 from .config import ServerConfig
@@ -116,10 +117,8 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await frontend.set_serving(False)
     if poller is not None:
         poller.cancel()
-    try:
-        await asyncio.wait_for(core.drain(), config.exit_timeout_secs)
-    except TimeoutError:
-        log.warning("exit timeout reached with inferences still in flight")
+    if not await core.drain(config.exit_timeout_secs):
+        _exit_timeout_expired()
     frontend.close_streams()
     await frontend.stop(max(0.0, deadline - loop.time()))
     if metrics is not None:
@@ -130,14 +129,19 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     try:
         await asyncio.wait_for(models.unload_all(), max(1.0, deadline - loop.time()))
     except TimeoutError:
-        # An execution still runs in a model's thread; waiting for it would outlast
-        # --exit-timeout-secs (interpreter exit joins those threads), so leave now.
-        log.warning("exit timeout reached while model executions were still running")
-        logging.shutdown()
-        os._exit(0)
+        _exit_timeout_expired()
     await _flush_traces(tracing, max(1.0, deadline - loop.time()))
     log.info("server stopped")
     return 0
+
+
+def _exit_timeout_expired() -> NoReturn:
+    """Work is left after --exit-timeout-secs: leave at once with exit code 1, logging
+    what Triton logs. Waiting would outlast the timeout (interpreter exit joins the model
+    threads still executing), so no further clean-up runs."""
+    log.error("failed to stop server: Internal - Exit timeout expired. Exiting immediately.")
+    logging.shutdown()
+    os._exit(1)
 
 
 def _joined(renders: list[Callable[[], str]]) -> Callable[[], str] | None:

@@ -78,9 +78,15 @@ class InferenceServer:
         """From now on readiness is false and new inferences are refused (shutdown)."""
         self._accepting = False
 
-    async def drain(self) -> None:
-        """Return once no inference is in flight."""
-        await self._inflight.drained()
+    async def drain(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` until no inference is in flight; False when some still
+        is (nothing in flight is True at once, even with 0 seconds)."""
+        if self._inflight.count:
+            try:
+                await asyncio.wait_for(self._inflight.drained(), seconds)
+            except TimeoutError:
+                return False
+        return True
 
     def is_live(self) -> bool:
         return True
