@@ -55,7 +55,7 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 _HTML = (b"content-type", b"text/html; charset=utf-8")
-_THREAD_INFLATE_BYTES = 256 * 1024
+_THREAD_INFLATE_BYTES = 16 * 1024  # deflate reaches ~1000:1: 16 MB of work on the loop at most
 _JSON = (b"content-type", b"application/json")
 #: Routes still forwarded while the gateway drains (liveness, per-model readiness).
 _WHILE_DRAINING = frozenset({"ServerLive", "ModelReady"})

@@ -5,8 +5,8 @@
         ("input byte size mismatch"), right after the answer and 0.5 s later
     .venv/bin/python loadtest/hostile_bench.py parse
         per-request cost of our request parser (wire.py) over grpc's FromString
-    .venv/bin/python loadtest/hostile_bench.py inflate [--mb 1200]
-        gateway CPU, wall time and peak memory to refuse a gzip bomb of N MB inflated
+    .venv/bin/python loadtest/hostile_bench.py inflate [--mb 1200 --encoding gzip|deflate]
+        gateway CPU, wall time and peak memory to refuse a compression bomb of N MB inflated
 
 Loopback only, bounded in count; each subcommand runs in well under a minute.
 """
@@ -95,25 +95,26 @@ def parse() -> None:
     )
 
 
-def inflate(inflated_mb: int) -> None:
+def inflate(inflated_mb: int, encoding: str) -> None:
     from gateway.compression import decompress
     from gateway.config import DEFAULT_MAX_BODY_BYTES
     from gateway.errors import GatewayError
 
-    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
     block = bytes(1 << 20)
     bomb = b"".join(packer.compress(block) for _ in range(inflated_mb)) + packer.flush()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        decompress(bomb, "gzip", DEFAULT_MAX_BODY_BYTES)
+        decompress(bomb, encoding, DEFAULT_MAX_BODY_BYTES)
         status = 200
     except GatewayError as error:
         status = error.status
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"{len(bomb) / 1e6:.2f} MB gzip inflating to {inflated_mb} MB, limit "
+        f"{len(bomb) / 1e6:.2f} MB {encoding} inflating to {inflated_mb} MB, limit "
         f"{DEFAULT_MAX_BODY_BYTES >> 20} MB: {status} after {wall:.2f} s wall, {cpu:.2f} s CPU, "
         f"peak RSS +{peak - before:.0f} MB"
     )
@@ -128,13 +129,14 @@ def main() -> None:
     sub.add_parser("parse")
     inf = sub.add_parser("inflate")
     inf.add_argument("--mb", type=int, default=1200)
+    inf.add_argument("--encoding", choices=("gzip", "deflate"), default="gzip")
     args = parser.parse_args()
     if args.what == "memory":
         memory(args.size_mb, args.count)
     elif args.what == "parse":
         parse()
     else:
-        inflate(args.mb)
+        inflate(args.mb, args.encoding)
 
 
 if __name__ == "__main__":
