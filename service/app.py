@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import NoReturn
@@ -108,9 +109,10 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
-    # Readiness false and new inferences refused at once, while the endpoint stays up so
-    # health checks and in-flight requests (unary and streamed) are answered; then open
-    # streams end, the endpoint closes, and the models are unloaded.
+    # Readiness false and new inferences refused at once (requests of sequences in
+    # progress still come in), while the endpoint stays up so health checks and in-flight
+    # requests (unary and streamed) are answered; then open streams end, the models are
+    # unloaded, and the process ends with the endpoint still up (see _leave).
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     core.stop_accepting()
@@ -120,7 +122,8 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     if not await core.drain(config.exit_timeout_secs):
         _exit_timeout_expired()
     frontend.close_streams()
-    await frontend.stop(max(0.0, deadline - loop.time()))
+    if not await frontend.finish(max(0.0, deadline - loop.time())):
+        _exit_timeout_expired()
     if metrics is not None:
         await metrics.stop()
     for collector in (gpu, cpu):
@@ -132,7 +135,18 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         _exit_timeout_expired()
     await _flush_traces(tracing, max(1.0, deadline - loop.time()))
     log.info("server stopped")
-    return 0
+    _leave(0)
+
+
+def _leave(code: int) -> NoReturn:
+    """End the process with the gRPC endpoint still up. grpc's own shutdown cancels the
+    calls it has received but not yet handed to us: a bare CANCELLED to callers that sent
+    at the last moment; a closed connection tells them UNAVAILABLE, which they retry.
+    Every answer owed has gone out by now (``frontend.finish``)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _exit_timeout_expired() -> NoReturn:
@@ -140,8 +154,7 @@ def _exit_timeout_expired() -> NoReturn:
     what Triton logs. Waiting would outlast the timeout (interpreter exit joins the model
     threads still executing), so no further clean-up runs."""
     log.error("failed to stop server: Internal - Exit timeout expired. Exiting immediately.")
-    logging.shutdown()
-    os._exit(1)
+    _leave(1)
 
 
 def _joined(renders: list[Callable[[], str]]) -> Callable[[], str] | None:

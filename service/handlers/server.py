@@ -109,13 +109,22 @@ class GrpcFrontend:
         return port
 
     async def set_serving(self, serving: bool) -> None:
-        """What Watch reports; Check on the inference service's name asks the core."""
+        """What Watch reports; Check on the inference service's name asks the core. Not
+        serving (shutdown): the answers still going out are tracked (see ``finish``)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
+        if not serving:
+            self._servicer.track_answers()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
 
     def close_streams(self) -> None:
         self._servicer.close_streams()
+
+    async def finish(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` until the inferences answered since ``set_serving(False)``
+        have gone out and the open streams have ended; False when some have not. The
+        server itself keeps running: the process ends without grpc's shutdown (app.py)."""
+        return await self._servicer.answered(seconds)
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""

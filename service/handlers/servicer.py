@@ -74,6 +74,33 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
         self._readers: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._draining = False
+        self._answering: set[asyncio.Future[None]] = set()  # see track_answers
+
+    def track_answers(self) -> None:
+        """Shutdown: from now on each inference answered is tracked until it has gone out,
+        so that ``answered`` can wait for it before the process ends (grpc's own shutdown
+        is not used: see app.py)."""
+        self._draining = True
+
+    async def answered(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the tracked answers and open streams to go out;
+        False when some have not."""
+        if not self._answering:
+            return True
+        _, late = await asyncio.wait(set(self._answering), timeout=seconds)
+        return not late
+
+    def _track(self, context: Context) -> None:
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._answering.add(sent)
+
+        def done(_: Context) -> None:
+            self._answering.discard(sent)
+            if not sent.done():
+                sent.set_result(None)
+
+        context.add_done_callback(done)  # type: ignore[arg-type]  # stubs: a class, not a Callable
 
     def close_streams(self) -> None:
         """Shutdown, once inferences are drained: every stream stops reading, lets its
@@ -131,8 +158,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 with trace:
                     response = await self._core.infer(decode_infer_request(request))
                     trace.executed(response.timings)
+                    if self._draining:
+                        self._track(context)
                     return encode_infer_response(response, self._max_send)
         response = await self._core.infer(decode_infer_request(request))
+        if self._draining:  # the one check on the hot path
+            self._track(context)
         return encode_infer_response(response, self._max_send)
 
     def _stream_trace(
@@ -181,6 +212,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         if self._closing:
             return  # opened during shutdown: end at once
+        self._track(context)  # an open stream ends (OK) before the process does
         reader = asyncio.create_task(read_requests())
         self._readers.add(reader)
 

@@ -124,6 +124,14 @@ class SequenceBatchScheduler:
             self._inflight -= 1
             self._owners.pop(id(job), None)
 
+    def continues_sequence(self, correlation_id: int | str) -> bool:
+        """Shutdown hook (base.SequenceHolder): a sequence in progress may finish."""
+        return any(s.cid == correlation_id and not s.ending for s in self._table.sequences())
+
+    def active_sequences(self) -> int:
+        """Shutdown hook (base.SequenceHolder): what the server's drain waits for."""
+        return len(self._table)
+
     def _check_correlation_id(self, cid: int | str | None) -> None:
         """The id must fit the CORRID control's type, or every row of its batch would fail."""
         corrid = next((c for c in self._controls if c.kind == _CORRID), None)

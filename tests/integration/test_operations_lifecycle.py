@@ -116,7 +116,7 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             with pytest.raises(InferenceServerException) as late:
                 await client.infer("slow", _inputs(1), request_id="late")
             assert late.value.status() == "StatusCode.UNAVAILABLE"
-            assert "Server is shutting down" in (late.value.message() or "")
+            assert "Server is stopping" in (late.value.message() or "")
             await stream.write(_stream_request(1, "s2"))
 
             # In-flight work completes; the stream answers both and then ends by itself.
@@ -126,7 +126,7 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             while (reply := await stream.read()) != grpc.aio.EOF:
                 answers[reply.infer_response.id] = reply.error_message
             assert answers["s1"] == ""
-            assert "Server is shutting down" in answers["s2"]
+            assert "Server is stopping" in answers["s2"]
             assert await stream.code() == grpc.StatusCode.OK
         code = await asyncio.to_thread(_wait_exit, server, 30)
         assert code == 0, server.log
