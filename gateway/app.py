@@ -115,7 +115,12 @@ class GatewayApp:
                 self.config.grpc_target, _credentials(tls), options=CHANNEL_OPTIONS
             )
         self._channel.get_state(try_to_connect=True)
-        self._handlers = Handlers(self._channel, self.config.grpc_target, self._follow_traces)
+        self._handlers = Handlers(
+            self._channel,
+            self.config.grpc_target,
+            self._follow_traces,
+            header_forward=self.config.header_forward,
+        )
         self.tracing.start()
 
     async def shutdown(self) -> None:

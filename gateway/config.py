@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .header_forward import compile_forward_pattern
 
 __all__ = [
     "API_GROUPS",
@@ -100,6 +103,8 @@ class GatewayConfig:
     https: HttpsConfig | None = None
     exit_timeout_secs: float = 30.0
     trace: TraceConfig = field(default_factory=TraceConfig)
+    #: --http-header-forward-pattern, compiled as Triton applies it (case-insensitive).
+    header_forward: re.Pattern[str] | None = None
 
 
 _DEFAULTS = GatewayConfig()
@@ -233,6 +238,12 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         f"(comma-separated: {', '.join(API_GROUPS)}); repeatable. The key is also "
         "forwarded to the service as gRPC metadata triton-grpc-protocol-<key>",
     )
+    parser.add_argument(
+        "--http-header-forward-pattern",
+        metavar="REGEX",
+        help="forward HTTP headers whose name matches (case-insensitive) to the model as "
+        "request parameters of inference requests",
+    )
     parser.add_argument("--grpc-use-ssl", action="store_true", help="talk TLS to the gRPC service")
     parser.add_argument(
         "--grpc-root-cert",
@@ -305,7 +316,22 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         https=https,
         exit_timeout_secs=opts.exit_timeout_secs,
         trace=trace,
+        header_forward=_header_forward(parser, opts.http_header_forward_pattern),
     )
+
+
+def _header_forward(parser: argparse.ArgumentParser, text: str | None) -> re.Pattern[str] | None:
+    """An invalid pattern stops the start with exit code 1, as Triton's flag errors do."""
+    if text is None:
+        return None
+    try:
+        return compile_forward_pattern(text)
+    except re.error as exc:
+        parser.exit(
+            1,
+            f"{parser.prog}: error: --http-header-forward-pattern: invalid regular "
+            f"expression '{text}': {exc.msg}\n",
+        )
 
 
 def _https(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> HttpsConfig | None:

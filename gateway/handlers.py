@@ -9,6 +9,7 @@ every answer comes from the service.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .binary import HEADER_LENGTH, BinaryReader, header_length, raw_binary_reque
 from .compression import choose_encoding, compress
 from .errors import GatewayError, rpc_error
 from .generate import build_generate_request, generate_events, render_generate
+from .header_forward import forward_headers
 from .protojson import build_request, render_response
 from .routes import Binding, Route
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
@@ -92,8 +94,11 @@ class Handlers:
         channel: grpc.aio.Channel,
         target: str,
         on_trace_setting: TraceSettingHook | None = None,
+        *,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        self._header_forward = header_forward
         self._target = target
         self._on_trace_setting = on_trace_setting
 
@@ -199,6 +204,8 @@ class Handlers:
                 raise GatewayError(400, "empty request body: expected the inference request JSON")
             header = load_json(memoryview(body)[:length], "the inference request")
             call = decode_infer(header, BinaryReader(body, length, model), model, version)
+        if self._header_forward is not None:  # as Triton: infer only, not generate
+            forward_headers(self._header_forward, request.headers, call.request)
         if trace is not None:
             trace.phase("translate_request", started)
         response = await self._call("ModelInfer", call.request, request.metadata)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .handlers.header_forward import compile_forward_pattern
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
@@ -85,6 +87,8 @@ class ServerConfig:
     trace: TraceSettings = field(default_factory=TraceSettings)
     tls: TlsConfig | None = None
     restricted: tuple[RestrictedProtocol, ...] = ()
+    # --grpc-header-forward-pattern, compiled as Triton applies it (case-insensitive).
+    header_forward: re.Pattern[str] | None = None
 
 
 def _bool(text: str) -> bool:
@@ -218,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"require metadata 'triton-grpc-protocol-<key>: <value>' for these groups "
         f"(comma-separated: {', '.join(PROTOCOL_GROUPS)}); repeatable",
     )
+    add(
+        "--grpc-header-forward-pattern",
+        metavar="REGEX",
+        help="forward gRPC metadata whose key matches (case-insensitive; a leading (?-i) "
+        "makes it case-sensitive) to the model as request parameters",
+    )
     _flag(parser, "--grpc-use-ssl", False, "serve gRPC over TLS")
     _flag(parser, "--grpc-use-ssl-mutual", False, "TLS with client certificates (mutual TLS)")
     add("--grpc-server-cert", type=Path, help="PEM certificate chain of the server")
@@ -342,4 +352,22 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         trace=trace,
         tls=tls,
         restricted=restricted,
+        header_forward=_header_forward(parser, args),
     )
+
+
+def _header_forward(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> re.Pattern[str] | None:
+    """An invalid pattern stops the start with exit code 1, as Triton's flag errors do."""
+    text = args.grpc_header_forward_pattern
+    if text is None:
+        return None
+    try:
+        return compile_forward_pattern(text)
+    except re.error as exc:
+        parser.exit(
+            1,
+            f"{parser.prog}: error: --grpc-header-forward-pattern: invalid regular "
+            f"expression '{text}': {exc.msg}\n",
+        )

@@ -113,11 +113,17 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int) -> npt.NDAr
 
 
 def serialize_bytes_tensor(values: Sequence[Any] | npt.NDArray[Any]) -> bytes:
-    """Length-prefix every element; ``str`` items are sent as UTF-8."""
+    """Length-prefix every element; ``str`` items are sent as UTF-8, other objects (a
+    model's ints, floats, bools) as their ``str``, as Triton's python backend does."""
     parts: list[bytes] = []
     flat = values.ravel() if isinstance(values, np.ndarray) else values
     for item in flat:
-        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        if isinstance(item, bytes):
+            data = item
+        elif isinstance(item, bytearray | memoryview):
+            data = bytes(item)
+        else:
+            data = str(item).encode("utf-8")
         parts.append(_LEN.pack(len(data)))
         parts.append(data)
     return b"".join(parts)

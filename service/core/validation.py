@@ -14,6 +14,7 @@ from ..errors import Internal, InvalidArgument
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
 from .model import IOSpec, ModelVersion
+from .parameters import backend_parameters
 
 __all__ = ["build_outputs", "prepare_job"]
 
@@ -26,6 +27,7 @@ def _fmt(shape: Sequence[int]) -> str:
 
 def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
     name = model.name
+    parameters = backend_parameters(request.parameters)  # Triton checks these first
     given: dict[str, InputTensor] = {}
     for tensor in request.inputs:
         if tensor.name not in model.inputs:
@@ -48,6 +50,7 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
         correlation_id=_correlation_id(model, request),
         sequence_start=_flag(model, request, "sequence_start"),
         sequence_end=_flag(model, request, "sequence_end"),
+        parameters=parameters,
     )
 
 

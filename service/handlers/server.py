@@ -80,7 +80,11 @@ class GrpcFrontend:
             ]
         )
         self._servicer = InferenceServicer(
-            core, config.grpc_max_message_bytes, logs=logs, tracing=tracing
+            core,
+            config.grpc_max_message_bytes,
+            logs=logs,
+            tracing=tracing,
+            header_forward=config.header_forward,
         )
         self._health = _Health(core)
         if config.restricted:

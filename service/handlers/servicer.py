@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from .codec import (
     encode_repository_index,
     encode_server_metadata,
 )
+from .header_forward import forward_headers
 from .settings_codec import (
     decode_log_settings,
     decode_trace_settings,
@@ -66,8 +68,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         *,
         logs: LogControl | None = None,
         tracing: Tracing | None = None,
+        header_forward: re.Pattern[str] | None = None,
     ) -> None:
         self._core = core
+        self._header_forward = header_forward
         self._max_send = max_send_bytes
         self._logs = logs
         self._tracing = tracing
@@ -156,15 +160,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             trace = begin_request(tracing, "ModelInfer", request, context.invocation_metadata())
             if trace is not None:
                 with trace:
-                    response = await self._core.infer(decode_infer_request(request))
+                    response = await self._core.infer(self._request(request, context))
                     trace.executed(response.timings)
                     if self._draining:
                         self._track(context)
                     return encode_infer_response(response, self._max_send)
-        response = await self._core.infer(decode_infer_request(request))
+        response = await self._core.infer(self._request(request, context))
         if self._draining:  # the one check on the hot path
             self._track(context)
         return encode_infer_response(response, self._max_send)
+
+    def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:
+        """The core's request, with the metadata --grpc-header-forward-pattern selects."""
+        decoded = decode_infer_request(request)
+        if self._header_forward is not None:
+            forward_headers(self._header_forward, context.invocation_metadata() or (), decoded)
+        return decoded
 
     def _stream_trace(
         self, request: pb.ModelInferRequest | Malformed, context: Context
@@ -190,11 +201,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def serve_one(request: pb.ModelInferRequest | Malformed) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
-                async for response in self._stream_responses(request):
+                async for response in self._stream_responses(request, context):
                     await results.put(response)
                 return
             with trace:
-                async for response in self._stream_responses(request, trace):
+                async for response in self._stream_responses(request, context, trace):
                     await results.put(response)
 
         async def read_requests() -> None:
@@ -232,7 +243,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_responses(
-        self, request: pb.ModelInferRequest | Malformed, trace: RequestTrace | None = None
+        self,
+        request: pb.ModelInferRequest | Malformed,
+        context: Context,
+        trace: RequestTrace | None = None,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Every response of one request (several for decoupled models), errors in-band.
 
@@ -241,7 +255,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         try:
             record = None if trace is None else trace.record
-            async for response in self._core.stream_infer(_decode(request), record):
+            decoded = _decode(request)
+            if self._header_forward is not None:  # the stream's metadata, for every request
+                metadata = context.invocation_metadata() or ()
+                forward_headers(self._header_forward, metadata, decoded)
+            async for response in self._core.stream_infer(decoded, record):
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, self._max_send)
                 )

@@ -23,6 +23,7 @@ __all__ = [
     "complete",
     "internal_inputs",
     "internal_outputs",
+    "internal_tensors",
 ]
 
 # Triton's default for models whose every tensor has a dynamic first dimension.
@@ -48,6 +49,33 @@ def internal_inputs(config: mc.ModelConfig) -> set[str]:
 
 def internal_outputs(config: mc.ModelConfig) -> set[str]:
     return {s.output_name for s in config.sequence_batching.state}
+
+
+def _control_datatype(control: mc.ModelSequenceBatching.Control) -> str:
+    if control.kind == mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID:
+        return datatypes.datatype_from_config(mc.DataType.Name(control.data_type))
+    if control.fp32_false_true:
+        return "FP32"
+    return "INT32" if control.int32_false_true else "BOOL"
+
+
+def internal_tensors(config: mc.ModelConfig) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The tensors the sequence batcher adds (inputs) and takes back (outputs), shaped as
+    Triton feeds them: a control is ``[1]``, a state has its ``dims``; batch dim first
+    when the model batches. Request backends declare these as their own."""
+    batch = (-1,) if config.max_batch_size > 0 else ()
+    batching = config.sequence_batching
+    inputs = [
+        TensorSpec(c.name, _control_datatype(c.control[0]), (*batch, 1))
+        for c in batching.control_input
+        if c.control
+    ]
+    outputs = []
+    for state in batching.state:
+        datatype = datatypes.datatype_from_config(mc.DataType.Name(state.data_type))
+        inputs.append(TensorSpec(state.input_name, datatype, (*batch, *state.dims)))
+        outputs.append(TensorSpec(state.output_name, datatype, (*batch, *state.dims)))
+    return inputs, outputs
 
 
 def complete(config: mc.ModelConfig, signature: ModelSignature) -> None:

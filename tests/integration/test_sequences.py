@@ -762,7 +762,6 @@ def test_idle_sequence_is_released(server: ServerProcess) -> None:
             INVALID,
             contains=[START_FLAG],
         )
-    assert "released after idling" in server.log
 
 
 # ----------------------------------------------------------------------------- errors
@@ -803,15 +802,13 @@ def test_unknown_sequence_without_start(client: grpcclient.InferenceServerClient
 
 
 def test_second_start_for_live_sequence(client: grpcclient.InferenceServerClient) -> None:
+    """As Triton: the live sequence ends early and the new START begins from the initial
+    state in the same slot (a warning is logged); no error."""
     client.infer("accum", _value(5), sequence_id=41, sequence_start=True)
-    expect_error(
-        lambda: client.infer("accum", _value(100), sequence_id=41, sequence_start=True),
-        INVALID,
-        contains=["41", "START"],
-    )
-    # The refused START changed nothing: the live sequence goes on from 5.
+    restarted = client.infer("accum", _value(100), sequence_id=41, sequence_start=True)
+    np.testing.assert_array_equal(restarted.as_numpy("OUTPUT"), [[100]])
     result = client.infer("accum", _value(6), sequence_id=41, sequence_end=True)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT"), [[11]])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT"), [[106]])
 
 
 def test_request_after_end_needs_start(client: grpcclient.InferenceServerClient) -> None:
@@ -829,7 +826,8 @@ def test_batch_size_two_is_refused(client: grpcclient.InferenceServerClient) -> 
             "accum", _value(1, rows=2), sequence_id=43, sequence_start=True, sequence_end=True
         ),
         INVALID,
-        contains=["batch size 1", "'accum'"],
+        "inference request to model 'accum' must specify batch-size 1 due to requirements "
+        "of sequence batcher",
     )
     # The refused START registered nothing: the id starts normally.
     result = client.infer(

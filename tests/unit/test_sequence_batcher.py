@@ -15,7 +15,7 @@ from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.errors import InvalidArgument
+from service.errors import InvalidArgument, Unavailable
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
@@ -123,11 +123,11 @@ def test_accept_errors() -> None:
     table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
     with pytest.raises(InvalidArgument, match=START_FLAG) as info:
         table.accept(job(9), 0)
-    assert "9" in str(info.value) and "'acc'" in str(info.value)
+    assert str(info.value) == (
+        "inference request for sequence 9 to model 'acc' must specify the START flag on the "
+        "first request of the sequence"
+    )
     sequence = table.accept(job(9, start=True), 0)
-    with pytest.raises(InvalidArgument, match="still active"):
-        table.accept(job(9, start=True), 0)
-    assert len(sequence.pending) == 1  # the refused START changed nothing
     table.accept(job(9, end=True), 0)
     with pytest.raises(InvalidArgument, match=START_FLAG):
         table.accept(job(9), 0)  # after END only a new START is accepted
@@ -135,6 +135,42 @@ def test_accept_errors() -> None:
     table.release(sequence)
     again = table.accept(job(9, start=True), 0)
     assert again is not sequence and again.states is None
+
+
+def test_start_on_a_live_sequence_joins_it_with_triton_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Triton ends the old sequence early: its queued requests run, then the new START,
+    in the same slot; a warning in Triton's words says so."""
+    table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
+    first = table.accept(job(9, start=True, value=1), 0)
+    with caplog.at_level("WARNING"):
+        second = table.accept(job(9, start=True, value=2), 5)
+    assert second is first and len(table) == 1
+    assert [int(j.inputs["INPUT"][0, 0]) for j in first.pending] == [1, 2]
+    assert first.pending[1].sequence_start and first.last_ns == 5
+    assert caplog.messages == [
+        "sequence 9 for model 'acc' has a conflict. The previous sequence did not end before "
+        "this sequence start. Previous sequence will be terminated early."
+    ]
+    assert table.accept(job(9, value=3), 6) is first  # the restarted sequence goes on
+
+
+def test_start_after_an_accepted_end_begins_a_second_sequence() -> None:
+    """Once END is accepted the ID is free: a START gets its own room while the ended
+    sequence still has queued requests, and each is released on its own."""
+    table = SequenceTable("acc", instances=1, capacity=2, idle_ns=0)
+    old = table.accept(job(4, start=True), 0)
+    table.accept(job(4, end=True), 0)
+    assert old.ending and not old.finished
+    new = table.accept(job(4, start=True), 0)
+    assert new is not old and (new.instance, new.slot) == (0, 1)
+    assert table.accept(job(4), 0) is new
+    old.pending.clear()
+    assert old.finished
+    table.release(old)
+    assert table.accept(job(4, end=True), 0) is new
+    assert table.sequences() == [new]
 
 
 def test_string_and_integer_ids() -> None:
@@ -147,26 +183,29 @@ def test_string_and_integer_ids() -> None:
         table.accept(job("seq-c"), 0)
 
 
-def test_expire_idle_releases_only_idle_sequences() -> None:
+def test_expire_idle_force_ends_sequences_as_triton_reaper_does() -> None:
+    """Idle time counts from the last request accepted. An idle sequence with nothing
+    queued frees its room at once; one with requests queued or running is force-ended
+    (no request joins it) and frees its room once they ran; a backlogged one waits."""
     table = SequenceTable("m", instances=1, capacity=2, idle_ns=100)
-    busy = table.accept(job(1, start=True), 0)  # still has a pending request
-    running = table.accept(job(2, start=True), 0)
-    running.pending.clear()
-    running.executing = True
-    waiting = table.accept(job(3, start=True), 0)  # backlog, with a pending request
-    assert table.expire_idle(1_000) == []
-    assert table.next_idle_deadline() is None
-
-    running.executing = False
-    running.last_ns = 500
-    assert table.next_idle_deadline() == 600
-    assert table.expire_idle(599) == []
-    assert table.expire_idle(600) == [running]
-    assert waiting.instance == 0  # the idle sequence's room went to the backlog
-    assert {s.cid for s in table.sequences()} == {1, 3}
-    assert busy.instance == 0
+    queued = table.accept(job(1, start=True), 0)  # a request still queued
+    quiet = table.accept(job(2, start=True), 50)
+    quiet.pending.clear()
+    waiting = table.accept(job(3, start=True), 0)  # backlog
+    assert table.next_deadline() == 100
+    assert table.expire_idle(99) == []
+    assert table.expire_idle(100) == [queued]
+    assert queued.ending and queued.instance == 0 and not queued.finished
     with pytest.raises(InvalidArgument, match=START_FLAG):
-        table.accept(job(2), 700)
+        table.accept(job(1), 120)
+    assert table.next_deadline() == 150
+    assert table.expire_idle(150) == [quiet]
+    assert waiting.instance == 0 and waiting.slot == 1  # the idle room went to the backlog
+    assert table.next_deadline() == 100  # the promoted one's last request was at 0
+    queued.pending.clear()
+    assert queued.finished
+    table.release(queued)
+    assert {s.cid for s in table.sequences()} == {3}
 
 
 def test_expire_idle_disabled_with_zero_timeout() -> None:
@@ -174,7 +213,23 @@ def test_expire_idle_disabled_with_zero_timeout() -> None:
     sequence = table.accept(job(1, start=True), 0)
     sequence.pending.clear()
     assert table.expire_idle(10**18) == []
-    assert table.next_idle_deadline() is None
+    assert table.next_deadline() is None
+
+
+def test_backlogged_sequence_expires_with_its_requests_timeout() -> None:
+    """Triton's backlog reaper: the earliest of now + timeout over the requests queued in
+    the backlog; once it passes, the sequence is dropped and its ID routes nowhere."""
+    table = SequenceTable("m", instances=1, capacity=1, idle_ns=0)
+    table.accept(job(1, start=True), 0)
+    late = job(2, start=True)
+    late.timeout_us = 50
+    waiting = table.accept(late, 10)
+    assert waiting.expires_ns == 50_010 and table.next_deadline() == 50_010
+    assert table.expire_backlog(50_009) == []
+    assert table.expire_backlog(50_010) == [waiting]
+    assert table.backlog_count() == 0 and len(table) == 1
+    with pytest.raises(InvalidArgument, match=START_FLAG):
+        table.accept(job(2), 60_000)
 
 
 def test_accept_refreshes_last_activity_and_busy() -> None:
@@ -548,6 +603,22 @@ async def test_driver_continuing_and_starting_sequences_share_an_execution() -> 
     np.testing.assert_array_equal(log[1]["INPUT_STATE"], [[4], [0]])
 
 
+async def test_driver_start_on_a_live_sequence_restarts_it() -> None:
+    """No END, then START again with the same ID: the queued request of the old sequence
+    runs with its state, the new START begins from the initial state (Triton)."""
+    scheduler, log, _ = make_scheduler()
+    try:
+        assert await _value(scheduler, job(3, start=True, value=4)) == 4
+        old = asyncio.create_task(_value(scheduler, job(3, value=5)))
+        new = asyncio.create_task(_value(scheduler, job(3, start=True, value=7)))
+        assert await asyncio.gather(old, new) == [9, 7]
+        assert await _value(scheduler, job(3, end=True, value=1)) == 8
+    finally:
+        await scheduler.stop()
+    assert [e["INPUT_STATE"][0, 0] for e in log] == [0, 4, 0, 7]
+    assert [e["CORRID"][0, 0] for e in log] == [3, 3, 3, 3]  # one slot throughout
+
+
 async def test_driver_oldest_never_batches_two_requests_of_one_sequence() -> None:
     scheduler, log, _ = make_scheduler("oldest { max_candidate_sequences: 4 }", max_batch_size=4)
     try:
@@ -567,16 +638,22 @@ async def test_driver_oldest_never_batches_two_requests_of_one_sequence() -> Non
 
 
 async def test_driver_refuses_bad_requests() -> None:
+    """Triton's texts, and its order: batch size before correlation ID before flags."""
     scheduler, _, _ = make_scheduler()
+    no_id = "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"
     try:
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job(None, start=True))
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job(0, start=True))
-        with pytest.raises(InvalidArgument, match="correlation ID"):
-            await scheduler.submit(job("", start=True))
-        with pytest.raises(InvalidArgument, match="batch size 1"):
-            await scheduler.submit(job(5, start=True, rows=2))
+        for cid in (None, 0, ""):
+            with pytest.raises(InvalidArgument) as info:
+                await scheduler.submit(job(cid, start=True))
+            assert str(info.value) == no_id
+        batch_text = (
+            "inference request to model 'acc' must specify batch-size 1 due to requirements "
+            "of sequence batcher"
+        )
+        for cid in (None, 5):
+            with pytest.raises(InvalidArgument) as info:
+                await scheduler.submit(job(cid, start=True, rows=2))
+            assert str(info.value) == batch_text
         with pytest.raises(InvalidArgument, match=START_FLAG):
             await scheduler.submit(job(5))  # the refused batch-2 START registered nothing
         assert scheduler.inflight == 0
@@ -605,6 +682,20 @@ async def test_driver_releases_idle_sequences() -> None:
         with pytest.raises(InvalidArgument, match=START_FLAG):
             await scheduler.submit(job(1, value=1))
         assert await _value(scheduler, job(1, start=True, value=8)) == 8
+    finally:
+        await scheduler.stop()
+
+
+async def test_driver_rejects_a_backlogged_sequence_whose_timeout_passed() -> None:
+    scheduler, _, _ = make_scheduler(max_batch_size=1)
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4  # holds the slot
+        late = job(2, start=True, value=3)
+        late.timeout_us = 20_000
+        with pytest.raises(Unavailable) as info:
+            await asyncio.wait_for(scheduler.submit(late), 5)
+        assert str(info.value) == "timeout of the corresponding sequence has been expired"
+        assert await _value(scheduler, job(1, value=1, end=True)) == 5  # slot 0 served on
     finally:
         await scheduler.stop()
 

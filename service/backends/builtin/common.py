@@ -11,7 +11,7 @@ from typing import TypeVar
 from inference import model_config_pb2 as mc
 
 from ... import datatypes
-from ...repository.completion import ModelSignature
+from ...repository.completion import ModelSignature, internal_tensors
 from ...types import TensorSpec
 from ..base import InstanceSpec, RequestInstance
 
@@ -42,7 +42,8 @@ def parameter(config: mc.ModelConfig, key: str, parse: Callable[[str], T], defau
 
 
 def config_signature(config: mc.ModelConfig) -> ModelSignature:
-    """The tensors a request backend's model has are the ones its config declares.
+    """The tensors a request backend's model has are the ones its config declares, plus
+    the sequence batcher's control and state tensors (Triton feeds those to any backend).
 
     Reported with full shapes (batch dimension first when batching), so the loader's
     completion and checks find the config consistent with itself.
@@ -54,9 +55,12 @@ def config_signature(config: mc.ModelConfig) -> ModelSignature:
         datatype = datatypes.datatype_from_config(mc.DataType.Name(tensor.data_type))
         return TensorSpec(tensor.name, datatype, tuple(([-1] if batched else []) + dims))
 
-    return ModelSignature(
-        inputs=[spec(t) for t in config.input], outputs=[spec(t) for t in config.output]
-    )
+    inputs = [spec(t) for t in config.input]
+    outputs = [spec(t) for t in config.output]
+    extra_inputs, extra_outputs = internal_tensors(config)
+    inputs += [t for t in extra_inputs if t.name not in {i.name for i in inputs}]
+    outputs += [t for t in extra_outputs if t.name not in {o.name for o in outputs}]
+    return ModelSignature(inputs=inputs, outputs=outputs)
 
 
 def require_decoupled(config: mc.ModelConfig, backend: str) -> None:

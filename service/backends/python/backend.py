@@ -272,7 +272,8 @@ def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
         correlation_id=correlation,
         flags=flags,
         requested_outputs=list(request.requested_outputs),
-        parameters=json.dumps(request.parameters),
+        # Compact and unescaped, as Triton's python backend writes it (rapidjson).
+        parameters=json.dumps(request.parameters, separators=(",", ":"), ensure_ascii=False),
     )
 
 
