@@ -159,20 +159,12 @@ class ModelManager:
                     path = await asyncio.to_thread(self._staging.stage, name, files)
                 except ValueError as exc:
                     raise InvalidArgument(f"failed to load '{name}': {exc}") from None
-                entry = None
-                try:
-                    directory = model_directory(name, path, path.parent)
-                    entry = await self._replace(directory, override, staged=True)
-                finally:
-                    # A copy no serving version uses goes at once (a failed load's; one a
-                    # failed reload did not swap in was released when it was retired).
-                    if entry is None or not entry.ready_versions():
-                        await asyncio.to_thread(self._staging.release, path)
+                directory = model_directory(name, path, path.parent)
             else:
                 directory = discover_models(self._repositories).get(name)  # type: ignore[assignment]
                 if directory is None:
                     raise NotFound(f"failed to load '{name}': no model '{name}' in any repository")
-                entry = await self._replace(directory, override)
+            entry = await self._replace(directory, override, staged=bool(files))
             if entry.failure:
                 raise InvalidArgument(f"failed to load '{name}': {entry.failure}")
 
@@ -353,6 +345,8 @@ class ModelManager:
         self._unloaded.discard(name)
         if old is not None:
             await self._retire(old)
+        if staged and not entry.ready_versions():  # a failed load's staged copy goes now
+            await asyncio.to_thread(self._staging.release, directory.path)
         return entry
 
     async def _build(
