@@ -17,6 +17,7 @@ from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
+from .core.status_table import model_table
 from .handlers.server import GrpcFrontend
 from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
@@ -56,7 +57,9 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         limits=ConfigLimits(max_instances=config.max_instances_per_model),
     )
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    core = InferenceServer(
+        models, strict_readiness=config.strict_readiness, cache=cache, server_id=config.server_id
+    )
     tracing = Tracing(config.trace)
     models.attach_runner(TracingStepRunner(core, tracing))
     try:
@@ -65,6 +68,7 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.error("%s", exc)
         await models.unload_all()
         return 1
+    log.info("\n%s", model_table(models.index()))
     poller = None
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
-from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inference import grpc_service_pb2 as pb
 
@@ -16,6 +17,7 @@ from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
+from .reflection import enable_reflection
 from .servicer import InferenceServicer
 from .wire import add_service
 
@@ -26,27 +28,44 @@ log = logging.getLogger(__name__)
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 SERVICE_NAME = SERVICE.full_name
 _HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
-_REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
 class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
-    """Service "" answers whether the process serves (liveness); the inference service's
-    name answers ServerReady (readiness, with --strict-readiness), computed per Check."""
+    """Check answers readiness (ServerReady, with --strict-readiness) for every service
+    name, "" included, computed per call: Triton's health handler asks ServerIsReady and
+    never looks at the name. Watch (which Triton leaves unimplemented) streams the status
+    ``set_serving`` sets for "" and the inference service."""
 
     def __init__(self, core: InferenceServer) -> None:
         super().__init__()
         self._core = core
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if request.service == SERVICE_NAME:
-            ready = self._core.is_ready()
-            status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
-            return health_pb2.HealthCheckResponse(status=status)
-        return await super().Check(request, context)
+        ready = self._core.is_ready()
+        status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
 
 
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails with "address in use" (other failures are left
+    to grpc to report)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -93,13 +112,20 @@ class GrpcFrontend:
         # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
         add_service(self._server, SERVICE, self._servicer, checks_own=True)
         add_service(self._server, _HEALTH, self._health, checks_own=False)
-        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
-        reflector = reflection.aio.ReflectionServicer(names)  # type: ignore[attr-defined]
-        add_service(self._server, _REFLECTION, reflector, checks_own=False)
+        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
-        """Bind and start; returns the bound port (useful with --grpc-port 0)."""
+        """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
+        use raises OSError with Triton's one-line message (checked before grpc binds, so
+        that grpc's own log lines do not repeat it)."""
         address = f"{self._config.grpc_address}:{self._config.grpc_port}"
+        config = self._config
+        if (
+            config.grpc_port
+            and not config.grpc_reuse_port
+            and _in_use(config.grpc_address, config.grpc_port)
+        ):
+            raise OSError(f"failed to start GRPC service: Socket '{address}' already in use")
         try:
             if self._credentials is not None:
                 port = self._server.add_secure_port(address, self._credentials)

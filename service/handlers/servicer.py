@@ -51,13 +51,9 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
 
 
 def _decode(request: pb.ModelInferRequest | Malformed) -> InferRequest:
-    """Decoding faults carry the request id prefix too, as every other request error."""
     if isinstance(request, Malformed):  # a stream item whose bytes did not parse
         raise InvalidArgument(request.message)
-    try:
-        return decode_infer_request(request)
-    except ServerError as exc:
-        raise exc.with_request_id(request.id) from None
+    return decode_infer_request(request)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):

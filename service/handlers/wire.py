@@ -21,7 +21,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-__all__ = ["Malformed", "add_service", "parser"]
+__all__ = ["Malformed", "add_service", "parser", "refusing_malformed"]
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -72,7 +72,7 @@ def add_service(
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
         if not checks_own:
-            behaviour = _refusing(method, behaviour)
+            behaviour = refusing_malformed(method, behaviour)
         make = _HANDLERS[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = make(
             behaviour,
@@ -90,7 +90,9 @@ def _refuse(context: Context, request: Malformed) -> None:
     context.set_details(request.message)
 
 
-def _refusing(method: MethodDescriptor, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+def refusing_malformed(
+    method: MethodDescriptor, behaviour: Callable[..., Any]
+) -> Callable[..., Any]:
     """``behaviour`` that answers a ``Malformed`` request (or stream item) with
     INVALID_ARGUMENT before the servicer sees it; the calling style stays the same."""
     if method.client_streaming:

@@ -2,7 +2,9 @@
 
 Loading must stay bounded in time and memory whatever the config says (it may come from
 a load request): each numeric field that loading turns into work or memory has a bound,
-named in the error with its value; those in ``ConfigLimits`` can be raised by a flag.
+named in the error with its value; those in ``ConfigLimits`` can be raised by a flag. A
+config out of bounds is a load failure of each version (INVALID_ARGUMENT for a load
+request, naming the bound), found before any instance is made.
 Model file names must stay inside the version folder: a name is joined to the folder
 path, and pathlib drops the folder for an absolute name. Dynamic-batching fields (queue
 sizes, priority levels, delays) are the dynamic batcher's to check.
@@ -25,6 +27,7 @@ __all__ = [
     "MAX_THREADS",
     "ConfigLimits",
     "check_config",
+    "load_refusal",
 ]
 
 #: --max-instances-per-model's default: far above any real deployment on one host.
@@ -46,11 +49,27 @@ class ConfigLimits:
     max_instances: int = DEFAULT_MAX_INSTANCES  # --max-instances-per-model
 
 
-def check_config(config: mc.ModelConfig, limits: ConfigLimits) -> None:
-    """Raise ConfigError (the model's load failure) for a field out of its bounds."""
-    name = config.name
+def check_config(config: mc.ModelConfig) -> None:
+    """Triton's rules checked where Triton validates a config, before any version loads
+    (its repository poll): raises ConfigError."""
     if config.max_batch_size < 0:
-        raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
+        raise ConfigError(f"'max_batch_size' must be non-negative value for {config.name}")
+
+
+def load_refusal(config: mc.ModelConfig, limits: ConfigLimits) -> str | None:
+    """Why no version of ``config`` may be loaded (None: it may): a field out of its
+    bound, Triton's tensor shape rules (checked when a model loads, as Triton does with
+    auto-complete), a model file outside the version folder. Checked before anything is
+    built, so a refused load costs nothing; the version becomes UNAVAILABLE with it."""
+    try:
+        _check_bounds(config, limits)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _check_bounds(config: mc.ModelConfig, limits: ConfigLimits) -> None:
+    name = config.name
     instances = sum(_group_instances(group) for group in config.instance_group) or 1
     if instances > limits.max_instances:
         raise ConfigError(

@@ -32,8 +32,10 @@ def count_abandoned(
     if isinstance(outcome, ExecutionResult):
         stats.record_success(request_ns, outcome.queue_ns, outcome.timings)
     else:
-        stats.record_failure(request_ns)
-        if isinstance(outcome, Internal):
+        backend = isinstance(outcome, Internal)
+        reason = getattr(outcome, "failure", None) or ("BACKEND" if backend else "OTHER")
+        stats.record_failure(request_ns, reason)
+        if backend:
             stats.record_backend_failure()
     stats.record_caller_gone()
 

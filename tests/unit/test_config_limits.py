@@ -19,6 +19,7 @@ from service.repository.limits import (
     MAX_STATE_ELEMENTS,
     ConfigLimits,
     check_config,
+    load_refusal,
 )
 
 ADD_SUB = """
@@ -35,15 +36,24 @@ def config(extra: str = "", base: str = ADD_SUB) -> mc.ModelConfig:
 
 
 def refused(cfg: mc.ModelConfig, limits: ConfigLimits | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        check_config(cfg, limits or ConfigLimits())
-    return str(info.value)
+    refusal = load_refusal(cfg, limits or ConfigLimits())
+    assert refusal is not None
+    return refusal
+
+
+def accepted(cfg: mc.ModelConfig, limits: ConfigLimits | None = None) -> None:
+    assert load_refusal(cfg, limits or ConfigLimits()) is None
 
 
 def test_an_ordinary_config_passes() -> None:
-    check_config(
-        config('instance_group [ { count: 4 } ] default_model_filename: "m.onnx"'), ConfigLimits()
-    )
+    cfg = config('instance_group [ { count: 4 } ] default_model_filename: "m.onnx"')
+    accepted(cfg)
+    check_config(cfg)
+
+
+def test_a_negative_max_batch_size_fails_where_triton_validates_configs() -> None:
+    with pytest.raises(ConfigError, match="'max_batch_size' must be non-negative value for m"):
+        check_config(config("max_batch_size: -1"))
 
 
 # (case, extra config text, text the error must contain)
@@ -64,7 +74,6 @@ BAD_FIELDS = [
         "instance_group [ { count: 300 kind: KIND_GPU gpus: [ 0, 1, 2, 3 ] } ]",
         "asks for 1200 instances",
     ),
-    ("negative-batch", "max_batch_size: -1", "'max_batch_size' must be non-negative value for m"),
     (
         "zero-dim",
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 0 ] } ]',
@@ -129,9 +138,9 @@ def test_out_of_bounds_fields_are_refused(extra: str, message: str) -> None:
 
 def test_the_instance_limit_follows_the_flag() -> None:
     two = ConfigLimits(max_instances=2)
-    check_config(config("instance_group [ { count: 2 } ]"), two)
+    accepted(config("instance_group [ { count: 2 } ]"), two)
     assert "more than the limit of 2" in refused(config("instance_group [ { count: 3 } ]"), two)
-    check_config(config("instance_group [ { count: 5000 } ]"), ConfigLimits(max_instances=5000))
+    accepted(config("instance_group [ { count: 5000 } ]"), ConfigLimits(max_instances=5000))
 
 
 @pytest.mark.parametrize(
@@ -150,7 +159,7 @@ def test_model_files_outside_the_version_folder_are_refused(name: str) -> None:
 
 
 def test_model_files_in_subfolders_are_fine() -> None:
-    check_config(config('default_model_filename: "weights/model.onnx"'), ConfigLimits())
+    accepted(config('default_model_filename: "weights/model.onnx"'))
 
 
 async def test_a_hostile_load_fails_fast_and_builds_nothing(tmp_path: Path) -> None:
