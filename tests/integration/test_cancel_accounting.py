@@ -97,5 +97,6 @@ def test_every_executed_request_is_counted_after_a_deadline_storm(
     assert success == executed, counts  # the models never fail: every execution succeeds
     assert success >= client_ok, counts  # more: some ran after their client gave up
     assert cancelled > 0, counts  # the storm did cancel requests
-    assert failure <= cancelled, counts  # a failure here is a request dropped unexecuted
+    assert failure <= cancelled, counts  # a failure here is a request dropped unexecuted,
+    assert metrics[("nv_inference_request_failure:CANCELED", model, "1")] == failure  # CANCELED
     assert success + failure <= REQUESTS + 1, counts
