@@ -13,7 +13,7 @@ import grpc
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-from ..core.server import InferenceServer
+from ..core.server import STOPPING, InferenceServer
 from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..heap import after_failed_request
 from ..telemetry.logs import LogControl
@@ -54,6 +54,12 @@ def _decode(request: pb.ModelInferRequest | Malformed) -> InferRequest:
     if isinstance(request, Malformed):  # a stream item whose bytes did not parse
         raise InvalidArgument(request.message)
     return decode_infer_request(request)
+
+
+def _refuse_stream(context: Context) -> None:
+    """The server stops while the client may still send on this stream."""
+    context.set_code(grpc.StatusCode.UNAVAILABLE)
+    context.set_details(STOPPING)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -189,10 +195,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         Order is therefore completion order, not arrival order: clients match on ``id``.
         A failed request yields an in-band ``error_message`` and the stream goes on. At
         shutdown (``close_streams``) the stream stops reading and ends once its requests
-        are answered.
+        are answered: with OK if the client had finished sending, else with UNAVAILABLE,
+        so that a request it sent but the server never read does not wait forever for an
+        answer (Triton's shutdown ends open streams with an error too).
         """
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
+        sent_all = False  # the client half-closed: every request it sent has been read
 
         async def serve_one(request: pb.ModelInferRequest | Malformed) -> None:
             trace = self._stream_trace(request, context)
@@ -205,11 +214,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await results.put(response)
 
         async def read_requests() -> None:
+            nonlocal sent_all
             try:
                 async for request in request_iterator:
                     task = asyncio.create_task(serve_one(request))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
+                sent_all = True
             except asyncio.CancelledError:
                 if not self._closing:
                     raise  # the stream is being torn down, not the server shutting down
@@ -218,8 +229,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await asyncio.gather(*pending, return_exceptions=True)
 
         if self._closing:
-            return  # opened during shutdown: end at once
-        self._track(context)  # an open stream ends (OK) before the process does
+            _refuse_stream(context)  # opened during shutdown: end at once
+            return
+        self._track(context)  # an open stream ends before the process does
         reader = asyncio.create_task(read_requests())
         self._readers.add(reader)
 
@@ -233,6 +245,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (item := await results.get()) is not None:
                 yield item
+            if self._closing and not sent_all:
+                _refuse_stream(context)
         finally:
             reader.cancel()
             for task in list(pending):
