@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
@@ -11,7 +12,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2
 
 from inference import grpc_service_pb2 as pb
+from trtis import grpc_service_pb2 as v1
 
+from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
@@ -19,6 +22,7 @@ from ..telemetry.tracing import Tracing
 from .access import restrict
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
+from .v1_servicer import V1_SERVER_ID, V1Servicer
 from .wire import add_service
 
 __all__ = ["GrpcFrontend"]
@@ -28,6 +32,9 @@ log = logging.getLogger(__name__)
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 SERVICE_NAME = SERVICE.full_name
 _HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+#: The legacy TensorRT Inference Server v1 service (not reflection's v1).
+LEGACY_SERVICE = v1.DESCRIPTOR.services_by_name["GRPCService"]
+LEGACY_SERVICE_NAME = LEGACY_SERVICE.full_name
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
@@ -105,14 +112,20 @@ class GrpcFrontend:
             tracing=tracing,
             header_forward=config.header_forward,
         )
+        # v1 reports --id when it is given, else the 1.11 server's default "inference:0".
+        v1_id = config.server_id if config.server_id != SERVER_ID else V1_SERVER_ID
+        self._v1 = V1Servicer(
+            core, config.grpc_max_message_bytes, v1_id, header_forward=config.header_forward
+        )
         self._health = _Health(core)
         if config.restricted:
-            guarded = restrict(self._servicer, self._health, config.restricted)
+            guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
         add_service(self._server, SERVICE, self._servicer, checks_own=True)
+        add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
         add_service(self._server, _HEALTH, self._health, checks_own=False)
-        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self._server)
+        enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
         """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
@@ -143,18 +156,22 @@ class GrpcFrontend:
         serving (shutdown): the answers still going out are tracked (see ``finish``)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
         if not serving:
-            self._servicer.track_answers()
+            self._servicer.answers.stopping = True
+            self._v1.answers.stopping = True
+            self._v1.set_exiting()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
 
     def close_streams(self) -> None:
         self._servicer.close_streams()
+        self._v1.close_streams()
 
     async def finish(self, seconds: float) -> bool:
         """Wait up to ``seconds`` until the inferences answered since ``set_serving(False)``
         have gone out and the open streams have ended; False when some have not. The
         server itself keeps running: the process ends without grpc's shutdown (app.py)."""
-        return await self._servicer.answered(seconds)
+        waits = (self._servicer.answers.sent(seconds), self._v1.answers.sent(seconds))
+        return all(await asyncio.gather(*waits))
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""

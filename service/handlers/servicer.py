@@ -13,13 +13,14 @@ import grpc
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-from ..core.server import STOPPING, InferenceServer
+from ..core.server import InferenceServer
 from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..heap import after_failed_request
 from ..telemetry.logs import LogControl
 from ..telemetry.spans import RequestTrace, begin_request
 from ..telemetry.tracing import Tracing
 from ..types import InferRequest
+from .answers import AnswerTracker, refuse_stream
 from .codec import (
     decode_infer_request,
     decode_load_request,
@@ -56,12 +57,6 @@ def _decode(request: pb.ModelInferRequest | Malformed) -> InferRequest:
     return decode_infer_request(request)
 
 
-def _refuse_stream(context: Context) -> None:
-    """The server stops while the client may still send on this stream."""
-    context.set_code(grpc.StatusCode.UNAVAILABLE)
-    context.set_details(STOPPING)
-
-
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
@@ -80,33 +75,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
         self._readers: set[asyncio.Task[None]] = set()
         self._closing = False
-        self._draining = False
-        self._answering: set[asyncio.Future[None]] = set()  # see track_answers
-
-    def track_answers(self) -> None:
-        """Shutdown: from now on each inference answered is tracked until it has gone out,
-        so that ``answered`` can wait for it before the process ends (grpc's own shutdown
-        is not used: see app.py)."""
-        self._draining = True
-
-    async def answered(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the tracked answers and open streams to go out;
-        False when some have not."""
-        if not self._answering:
-            return True
-        _, late = await asyncio.wait(set(self._answering), timeout=seconds)
-        return not late
-
-    def _track(self, context: Context) -> None:
-        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._answering.add(sent)
-
-        def done(_: Context) -> None:
-            self._answering.discard(sent)
-            if not sent.done():
-                sent.set_result(None)
-
-        context.add_done_callback(done)  # type: ignore[arg-type]  # stubs: a class, not a Callable
+        self.answers = AnswerTracker()  # shutdown: what must go out before the exit
 
     def close_streams(self) -> None:
         """Shutdown, once inferences are drained: every stream stops reading, lets its
@@ -164,12 +133,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 with trace:
                     response = await self._core.infer(self._request(request, context))
                     trace.executed(response.timings)
-                    if self._draining:
-                        self._track(context)
+                    if self.answers.stopping:
+                        self.answers.track(context)
                     return encode_infer_response(response, self._max_send)
         response = await self._core.infer(self._request(request, context))
-        if self._draining:  # the one check on the hot path
-            self._track(context)
+        if self.answers.stopping:  # the one check on the hot path
+            self.answers.track(context)
         return encode_infer_response(response, self._max_send)
 
     def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:
@@ -229,9 +198,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await asyncio.gather(*pending, return_exceptions=True)
 
         if self._closing:
-            _refuse_stream(context)  # opened during shutdown: end at once
+            refuse_stream(context)  # opened during shutdown: end at once
             return
-        self._track(context)  # an open stream ends before the process does
+        self.answers.track(context)  # an open stream ends before the process does
         reader = asyncio.create_task(read_requests())
         self._readers.add(reader)
 
@@ -246,7 +215,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             while (item := await results.get()) is not None:
                 yield item
             if self._closing and not sent_all:
-                _refuse_stream(context)
+                refuse_stream(context)
         finally:
             reader.cancel()
             for task in list(pending):
