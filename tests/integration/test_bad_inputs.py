@@ -493,6 +493,7 @@ NOT_PROTOBUF = b"\x0a\x7fadd_sub"
             "inference.RepositoryModelLoadRequest",
         ),
         ("/grpc.health.v1.Health/Check", "grpc.health.v1.HealthCheckRequest"),
+        ("/nvidia.inferenceserver.GRPCService/Infer", "nvidia.inferenceserver.InferRequest"),
     ],
 )
 def test_malformed_protobuf_is_invalid_argument(
