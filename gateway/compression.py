@@ -1,10 +1,14 @@
 """Compressed request bodies and responses, as Triton's HTTP frontend supports them.
 
 Requests: ``Content-Encoding: gzip`` or ``deflate`` (zlib-wrapped, as HTTP and
-tritonclient use it; a raw deflate stream is accepted too); the inflated size is capped
-by the body limit, so a small compressed body cannot expand without bound. Responses:
-``Accept-Encoding`` picks gzip, deflate or identity by weight, first one winning a tie,
-as Triton's CompressionTypeUsed does.
+tritonclient use it; a raw deflate stream is accepted too); gzip bodies may hold several
+members. The inflated size is capped by the body limit while inflating: output comes in
+1 MiB pieces and the count stops at the limit, so a small compressed body (a "bomb")
+costs at most the limit in memory, never the limit twice over; and a gzip body whose
+trailer announces more than the limit (its last member's ISIZE) is refused before any
+inflating (when that size is one the body could hold: a truncated body's last bytes are
+no trailer). Responses: ``Accept-Encoding`` picks gzip, deflate or identity by weight,
+first one winning a tie, as Triton's CompressionTypeUsed does.
 """
 
 from __future__ import annotations
@@ -40,21 +44,45 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     )
 
 
+_PIECE = 1 << 20  # inflated bytes per step: the limit is checked after each
+_MAX_RATIO = 1032  # deflate's best: no stream inflates more than this per byte
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"request body inflates to more than the gateway's limit of {limit} bytes "
+        "(--http-max-body-bytes)",
+    )
+
+
 def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
+    gzip = wbits == _GZIP_WBITS
+    announced = int.from_bytes(body[-4:], "little") if gzip and len(body) >= 18 else 0
+    if limit < announced <= len(body) * _MAX_RATIO:  # a size the body could really hold
+        raise _too_large(limit)  # the last member alone says it inflates past the limit
+    pieces: list[bytes] = []
+    size = 0
+    data = body
     inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise GatewayError(400, f"malformed {name} request body: {exc}") from None
-    if len(out) > limit:
-        raise GatewayError(
-            413,
-            f"request body inflates to more than the gateway's limit of {limit} bytes "
-            "(--http-max-body-bytes)",
-        )
-    if not inflater.eof:
-        raise GatewayError(400, f"malformed {name} request body: truncated stream")
-    return out
+    while True:
+        try:
+            out = inflater.decompress(data, _PIECE)
+        except zlib.error as exc:
+            raise GatewayError(400, f"malformed {name} request body: {exc}") from None
+        size += len(out)
+        if size > limit:
+            raise _too_large(limit)
+        pieces.append(out)
+        data = inflater.unconsumed_tail
+        if inflater.eof:
+            data = inflater.unused_data
+            if not (gzip and data):
+                break
+            inflater = zlib.decompressobj(wbits)  # the next gzip member
+        elif not data and len(out) < _PIECE:  # input used up, stream not finished
+            raise GatewayError(400, f"malformed {name} request body: truncated stream")
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def choose_encoding(accept_encoding: str | None) -> str | None:

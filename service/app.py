@@ -8,6 +8,7 @@ import logging
 import signal
 
 from .config import ServerConfig
+from .exiting import exit_timeout_expired, leave
 from .handlers.inprocess import LocalCore, LocalLogs, LocalTracing
 from .handlers.server import GrpcFrontend
 from .runtime import Runtime
@@ -51,18 +52,22 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
-    # Readiness false and new inferences refused at once, while the endpoint stays up so
-    # health checks and in-flight requests (unary and streamed) are answered; then open
-    # streams end, the endpoint closes, and the models are unloaded.
+    # Readiness false and new inferences refused at once (requests of sequences in
+    # progress still come in), while the endpoint stays up so health checks and in-flight
+    # requests (unary and streamed) are answered; then open streams end, the models are
+    # unloaded, and the process ends with the endpoint still up (exiting.leave).
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     runtime.stop_accepting()
     await frontend.set_serving(False)
-    await runtime.drain(config.exit_timeout_secs)
+    if not await runtime.drain(config.exit_timeout_secs):
+        exit_timeout_expired()
     frontend.close_streams()
-    await frontend.stop(max(0.0, deadline - loop.time()))
+    if not await frontend.finish(max(0.0, deadline - loop.time())):
+        exit_timeout_expired()
     await runtime.stop_metrics()
-    await runtime.unload(max(1.0, deadline - loop.time()))
+    if not await runtime.unload(max(1.0, deadline - loop.time())):
+        exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     log.info("server stopped")
-    return 0
+    leave(0)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import SERVER_ID
 from .handlers.header_forward import compile_forward_pattern
+from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
 
@@ -84,6 +85,7 @@ class ServerConfig:
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
     cache_size_bytes: int = 0  # 0: no response cache
+    max_instances_per_model: int = DEFAULT_MAX_INSTANCES  # more instances fail to load
     log: LogSettings = field(default_factory=LogSettings)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -192,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=15.0,
         help="with --model-control-mode=poll: seconds between repository scans",
+    )
+    add(
+        "--max-instances-per-model",
+        type=int,
+        default=DEFAULT_MAX_INSTANCES,
+        help="refuse to load a model whose instance_group asks for more instances",
     )
     add(
         "--cache-config",
@@ -334,6 +342,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--frontends must be in 0..256")
     if args.metrics_interval_ms <= 0:
         parser.error("--metrics-interval-ms must be positive")
+    if args.max_instances_per_model < 1:
+        parser.error("--max-instances-per-model must be at least 1")
     try:
         cache_size = _cache_size(args.cache_config)
         restricted = _restricted(args.grpc_restricted_protocol)
@@ -355,6 +365,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         load_models=tuple(args.load_models),
         repository_poll_secs=args.repository_poll_secs,
         cache_size_bytes=cache_size,
+        max_instances_per_model=args.max_instances_per_model,
         log=LogSettings(
             verbose_level=args.log_verbose,
             info=args.log_info,

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import threading
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
 from .core.status_table import model_table
+from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
 from .telemetry.gpu import GpuMetrics
@@ -41,7 +41,10 @@ class Runtime:
             set_observer_factory(functools.partial(LatencyObserver, latency))
         self.mode = ControlMode(config.model_control_mode)
         self.models = ModelManager(
-            config.model_repositories, mode=self.mode, startup_models=config.load_models
+            config.model_repositories,
+            mode=self.mode,
+            startup_models=config.load_models,
+            limits=ConfigLimits(max_instances=config.max_instances_per_model),
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(
@@ -101,11 +104,10 @@ class Runtime:
         if self._poller is not None:
             self._poller.cancel()
 
-    async def drain(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self.core.drain(), seconds)
-        except TimeoutError:
-            log.warning("exit timeout reached with inferences still in flight")
+    async def drain(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the inferences in flight and the sequences in
+        progress to end; False when some work is left (the exit timeout is spent)."""
+        return await self.core.drain(seconds)
 
     async def stop_metrics(self) -> None:
         if self._metrics is not None:
@@ -113,15 +115,14 @@ class Runtime:
         for collector in self._collectors:
             collector.stop()
 
-    async def unload(self, seconds: float) -> None:
-        """Unload every model; past ``seconds`` an execution still runs in a model's
-        thread, and waiting for it would outlast --exit-timeout-secs: leave now."""
+    async def unload(self, seconds: float) -> bool:
+        """Unload every model; False when an execution still runs in a model's thread
+        after ``seconds`` (the caller leaves at once: see ``exiting.exit_timeout_expired``)."""
         try:
             await asyncio.wait_for(self.models.unload_all(), seconds)
         except TimeoutError:
-            log.warning("exit timeout reached while model executions were still running")
-            logging.shutdown()
-            os._exit(0)
+            return False
+        return True
 
     async def flush_traces(self, seconds: float) -> None:
         """Export the spans still queued, for at most ``seconds``.

@@ -260,9 +260,14 @@ class ModelStats:
         self.failures[reason] += 1
         self.last_inference_ms = self.wall_ms()
 
-    def record_cancelled(self) -> None:
-        """A request removed before execution (caller cancelled or deadline passed): a
-        failure with reason CANCELED, as Triton counts it, and our own cancelled count."""
+    def record_cancelled(self, request_ns: int = 0) -> None:
+        """A request removed before execution because its caller went away (cancelled, or
+        its deadline passed): a failure with reason CANCELED, as Triton counts it, and our
+        own cancelled count."""
+        self.record_failure(request_ns, "CANCELED")
         self.cancelled += 1
-        self.fail.add(0)
-        self.failures["CANCELED"] += 1
+
+    def record_caller_gone(self) -> None:
+        """A request that ran after its caller went away (already counted as a success or
+        a failure when the backend finished): our own cancelled count."""
+        self.cancelled += 1

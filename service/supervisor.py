@@ -272,6 +272,9 @@ class Supervisor:
             self._engine.join()
         self._end_frontends(max(1.0, deadline - time.monotonic()))
         code = self._engine.exitcode
+        frontend_codes = [slot.process.exitcode for slot in self._frontends.values()]
+        if code == 1 or 1 in frontend_codes:
+            return 1  # it logged why (Triton's exit-timeout line)
         if code != 0:
             log.error("the engine exited with %s", _describe(code))
             return 1

@@ -20,6 +20,7 @@ from ..errors import Internal, InvalidArgument, NotFound, Unavailable
 from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
+from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea
 from ..repository.version_policy import select_versions
 from ..scheduling.ensemble import StepRunner
@@ -85,8 +86,10 @@ class ModelManager:
         *,
         mode: ControlMode = ControlMode.NONE,
         startup_models: Sequence[str] = (),
+        limits: ConfigLimits | None = None,
     ) -> None:
         self._repositories = list(repositories)
+        self._limits = limits or ConfigLimits()
         self._mode = mode
         self._startup_models = list(startup_models)
         self._models: dict[str, ModelEntry] = {}
@@ -360,6 +363,8 @@ class ModelManager:
         self._unloaded.discard(name)
         if old is not None:
             await self._retire(old)
+        if staged and not entry.ready_versions():  # a failed load's staged copy goes now
+            await asyncio.to_thread(self._staging.release, directory.path)
         return entry
 
     async def _build(
@@ -373,6 +378,7 @@ class ModelManager:
         try:
             entry.fingerprint = await asyncio.to_thread(fingerprint, directory.path)
             config = read_config(directory, override)
+            check_config(config)
             versions = select_versions(config.version_policy, directory.versions)
             if not versions:
                 raise ValueError(
@@ -386,20 +392,25 @@ class ModelManager:
         if config.platform == "ensemble":
             if self._runner is None:
                 raise RuntimeError("ensembles need a runner: call attach_runner first")
-            loaded = [load_ensemble(config, v, self.lookup_config, self._runner) for v in versions]
+            loaded = [
+                load_ensemble(config, v, self.lookup_config, self._runner, self._limits)
+                for v in versions
+            ]
         else:
             loaded = await asyncio.gather(
                 *(
-                    asyncio.to_thread(load_version, config, v, directory.version_path(v))
+                    asyncio.to_thread(
+                        load_version, config, v, directory.version_path(v), self._limits
+                    )
                     for v in versions
                 )
             )
         entry.versions = {m.version: m for m in loaded}
         return entry
 
-    @staticmethod
-    async def _retire(entry: ModelEntry) -> None:
-        """Stop taking requests, let accepted ones finish, free the instances."""
+    async def _retire(self, entry: ModelEntry) -> None:
+        """Stop taking requests, let accepted ones finish, free the instances, and remove
+        the staged copy the entry was loaded from."""
         for model in entry.versions.values():
             if model.scheduler is not None:
                 model.state = ModelState.UNLOADING
@@ -408,3 +419,5 @@ class ModelManager:
                 model.scheduler = None
             model.state = ModelState.UNAVAILABLE
             model.reason = model.reason or "unloaded"
+        if entry.staged:
+            await asyncio.to_thread(self._staging.release, entry.directory.path)

@@ -18,6 +18,7 @@ from ..backends.registry import get_backend
 from ..gpus import inventory
 from ..repository.completion import check_against_signature, complete
 from ..repository.ensemble_config import ConfigLookup, validate_ensemble
+from ..repository.limits import ConfigLimits, load_refusal
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
@@ -45,12 +46,17 @@ def _resident_bytes() -> int:
         return 0
 
 
-def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> ModelVersion:
+def load_version(
+    base_config: mc.ModelConfig, version: int, path: Path, limits: ConfigLimits | None = None
+) -> ModelVersion:
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
     instances: list[ModelInstance | RequestInstance] = []
     try:
+        refusal = load_refusal(config, limits or ConfigLimits())  # before anything is made
+        if refusal is not None:
+            raise ValueError(refusal)
         if not path.is_dir():
             raise ValueError(f"version folder {version} does not exist")
         model.labels = read_labels(config, path.parent)
@@ -100,13 +106,20 @@ def _unavailable(model: ModelVersion, exc: Exception) -> ModelVersion:
 
 
 def load_ensemble(
-    base_config: mc.ModelConfig, version: int, lookup: ConfigLookup, runner: StepRunner
+    base_config: mc.ModelConfig,
+    version: int,
+    lookup: ConfigLookup,
+    runner: StepRunner,
+    limits: ConfigLimits | None = None,
 ) -> ModelVersion:
     """An ensemble has no instances: checking its steps and building its scheduler is all."""
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
     try:
+        refusal = load_refusal(config, limits or ConfigLimits())
+        if refusal is not None:
+            raise ValueError(refusal)
         tensor_types = validate_ensemble(config, lookup)
     except ValueError as exc:
         return _unavailable(model, exc)

@@ -12,7 +12,7 @@ from inference import model_config_pb2 as mc
 from .. import SERVER_ID, __version__
 from ..cache import ResponseCache, cache_key
 from ..errors import Internal, ServerError, Unavailable, Unimplemented
-from ..scheduling.base import ExecutionResult, Job
+from ..scheduling.base import ExecutionResult, Job, SequenceHolder
 from ..scheduling.inflight import InFlight
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
@@ -22,7 +22,14 @@ from .lifecycle import ModelManager
 from .model import ModelVersion
 from .validation import build_outputs, prepare_job
 
-__all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
+__all__ = [
+    "EXTENSIONS",
+    "STOPPING",
+    "InferenceServer",
+    "ModelMetadata",
+    "ServerMetadata",
+    "VersionStats",
+]
 
 # Only what is actually implemented (Triton's extension names, in its order; classification
 # and the shared-memory extensions are not, and so are not advertised). binary_tensor_data
@@ -40,6 +47,10 @@ EXTENSIONS: tuple[str, ...] = (
 
 
 _HASH_INLINE_BYTES = 64 * 1024
+_SEQUENCE_POLL_S = 0.05  # how often a shutdown looks whether the sequences have ended
+
+#: Triton's answer to an inference request while the server stops (its schedulers').
+STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,33 @@ class InferenceServer:
         """From now on readiness is false and new inferences are refused (shutdown)."""
         self._accepting = False
 
-    async def drain(self) -> None:
-        """Return once no inference is in flight."""
-        await self._inflight.drained()
+    async def drain(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` until no inference is in flight and no sequence is in
+        progress (its remaining requests still come in); False when some work is left.
+        Nothing left is True at once, even with 0 seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            if self._inflight.count:
+                try:
+                    await asyncio.wait_for(self._inflight.drained(), deadline - loop.time())
+                except TimeoutError:
+                    return False
+            if not self._active_sequences():
+                if not self._inflight.count:
+                    return True
+                continue
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(min(_SEQUENCE_POLL_S, deadline - loop.time()))
+
+    def _active_sequences(self) -> int:
+        count = 0
+        for model in self._models.loaded():
+            scheduler = model.scheduler
+            if isinstance(scheduler, SequenceHolder):
+                count += scheduler.active_sequences()
+        return count
 
     def is_live(self) -> bool:
         return True
@@ -141,10 +176,26 @@ class InferenceServer:
 
     def _lookup(self, request: InferRequest) -> ModelVersion:
         if not self._accepting:
-            raise Unavailable("Server is shutting down: new inference requests are refused")
+            return self._lookup_while_stopping(request)
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
         return self._models.get(request.model_name, request.model_version)
+
+    def _lookup_while_stopping(self, request: InferRequest) -> ModelVersion:
+        """Shutdown: only a request that continues a sequence in progress still gets in
+        (Triton refuses new sequences and everything else, and lets those finish)."""
+        cid = request.parameters.get("sequence_id")
+        if (
+            isinstance(cid, int | str)
+            and not isinstance(cid, bool)
+            and request.parameters.get("sequence_start") is not True
+        ):
+            model = self._models.find(request.model_name, request.model_version)
+            scheduler = model.scheduler if model is not None else None
+            if isinstance(scheduler, SequenceHolder) and scheduler.continues_sequence(cid):
+                assert model is not None
+                return model
+        raise Unavailable(STOPPING).with_request_id(request.id)
 
     async def stream_infer(
         self, request: InferRequest, record: ExecutionRecord | None = None
@@ -175,6 +226,9 @@ class InferenceServer:
                     yield response
             except ServerError as exc:
                 _count_failure(model, exc, start)
+                raise
+            except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
+                model.stats.record_cancelled(time.monotonic_ns() - start)
                 raise
             outcome.answered()
 
@@ -213,7 +267,11 @@ class InferenceServer:
         assert model.scheduler is not None and self._cache is not None
         cache = self._cache
         lookup = time.monotonic_ns()
-        key = await self._key(model, job)
+        try:
+            key = await self._key(model, job)
+        except asyncio.CancelledError:  # the caller left before the scheduler had the job
+            model.stats.record_cancelled(time.monotonic_ns() - start)
+            raise
         cached = cache.get(key)
         looked_up = time.monotonic_ns()
         if cached is not None:

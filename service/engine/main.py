@@ -2,9 +2,11 @@
 
 Started by the supervisor (``supervisor.py``), which it tells when it is ready. SIGTERM
 from the supervisor starts the graceful stop, which the engine leads: readiness false and
-new inferences refused, in-flight requests drained, then every frontend told to close its
-streams and stop, then models unloaded. The supervisor's pipe closing (the parent died)
-stops the engine too.
+new inferences refused (the requests of sequences in progress still served), in-flight
+requests and those sequences drained, then every frontend told to close its streams and
+leave, then models unloaded. With --exit-timeout-secs spent first, the engine logs
+Triton's line and exits 1 at once (``exiting.exit_timeout_expired``). The supervisor's
+pipe closing (the parent died) stops the engine too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from multiprocessing.connection import Connection
 
 from .. import loop
 from ..config import ServerConfig
+from ..exiting import exit_timeout_expired
 from ..runtime import Runtime
 from ..telemetry.logs import LogControl
 from .server import EngineServer
@@ -81,11 +84,13 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
     deadline = loop.time() + config.exit_timeout_secs
     runtime.stop_accepting()
     server.broadcast("stopping", replay=True)
-    await runtime.drain(config.exit_timeout_secs)
+    if not await runtime.drain(config.exit_timeout_secs):
+        exit_timeout_expired()  # the frontends lose the engine and leave too
     server.broadcast("drained", max(0.0, deadline - loop.time()), replay=True)
     await server.wait_disconnected(max(0.0, deadline - loop.time()) + 1.0)
     await server.close()
     await runtime.stop_metrics()
-    await runtime.unload(max(1.0, deadline - loop.time()))
+    if not await runtime.unload(max(1.0, deadline - loop.time())):
+        exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     return 0

@@ -2,8 +2,9 @@
 protocols) over an ``EngineClient``, on the port every frontend shares (SO_REUSEPORT).
 
 It follows the engine: log settings and tracing on/off as broadcast, readiness off when
-the engine starts stopping, streams closed and the server stopped once it has drained.
-Losing the engine ends the process with an error (its callers got UNAVAILABLE).
+the engine starts stopping, streams closed once it has drained, and the process ends
+once their answers have gone out, without grpc's stop (``exiting.py``). Losing the
+engine ends the process with an error (its callers got UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .. import loop
 from ..config import ServerConfig
+from ..exiting import exit_timeout_expired, leave
 from ..handlers.server import GrpcFrontend
 from ..telemetry.logs import LogControl
 from .client import EngineClient, RemoteLogs, RemoteTracing
@@ -25,6 +27,8 @@ from .client import EngineClient, RemoteLogs, RemoteTracing
 __all__ = ["run_frontend"]
 
 log = logging.getLogger("service")
+
+_LOST_ENGINE_WAIT_S = 1.0  # for the UNAVAILABLE answers of the calls the engine dropped
 
 
 def run_frontend(
@@ -106,9 +110,12 @@ async def _serve(
     await asyncio.wait((drained, client.lost), return_when=asyncio.FIRST_COMPLETED)
     if not drained.done():
         log.error("frontend %d: lost the engine process: stopping", index)
-        await frontend.stop(0)
-        return 1
+        frontend.close_streams()
+        await frontend.finish(_LOST_ENGINE_WAIT_S)
+        leave(1)
     frontend.close_streams()
-    await frontend.stop(drained.result())
+    sent = await frontend.finish(drained.result())
     client.close()
-    return 0
+    if not sent:
+        exit_timeout_expired()
+    leave(0)  # not grpc's stop: see exiting.py

@@ -82,11 +82,15 @@ def _guard(
     """
     message = f"This protocol is restricted, expecting header '{header}'"
 
-    async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        """The v1 service's in-band answer, or the status set without ``context.abort``,
+        whose exception would keep the request alive in a reference cycle (status.py)."""
         log.warning("%s refused: restricted protocol, header '%s' missing or wrong", rpc, header)
         if answer is not None:
             return answer(rpc, message)
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        context.set_code(grpc.StatusCode.UNAVAILABLE)
+        context.set_details(message)
+        return None
 
     if inspect.isasyncgenfunction(method):
 
@@ -95,7 +99,9 @@ def _guard(
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             if not _has_key(context, header, expected):
-                yield await refuse(context)
+                reply = refuse(context)
+                if reply is not None:
+                    yield reply
                 return
             async for item in method(request, context):
                 yield item
@@ -105,7 +111,7 @@ def _guard(
     @functools.wraps(method)
     async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if not _has_key(context, header, expected):
-            return await refuse(context)
+            return refuse(context)
         return await method(request, context)
 
     return guarded

@@ -15,12 +15,15 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from .wire import add_service, parser, refusing_malformed
+
 __all__ = ["V1_SERVICE_NAME", "enable_reflection"]
 
 _ALPHA = "grpc.reflection.v1alpha"
 _V1 = "grpc.reflection.v1"
 V1_SERVICE_NAME = f"{_V1}.ServerReflection"
 _V1_FILE = "grpc/reflection/v1/reflection.proto"
+_ALPHA_SERVICE = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 
 
 def _add_v1_descriptor(pool: descriptor_pool.DescriptorPool) -> None:
@@ -50,10 +53,13 @@ def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server) -
     _add_v1_descriptor(descriptor_pool.Default())
     names = (*service_names, V1_SERVICE_NAME, reflection.SERVICE_NAME)
     servicer = reflection.aio.ReflectionServicer(names)  # type: ignore[attr-defined]
-    reflection.enable_server_reflection(names, server)
+    # Registered through wire.py: bytes that do not parse get INVALID_ARGUMENT.
+    add_service(server, _ALPHA_SERVICE, servicer, checks_own=False)
     handler: Any = grpc.stream_stream_rpc_method_handler(
-        servicer.ServerReflectionInfo,
-        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        refusing_malformed(
+            _ALPHA_SERVICE.methods_by_name["ServerReflectionInfo"], servicer.ServerReflectionInfo
+        ),
+        request_deserializer=parser(reflection_pb2.ServerReflectionRequest),
         response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
     )
     server.add_generic_rpc_handlers(

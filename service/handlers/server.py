@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
 from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
 from trtis import grpc_service_pb2 as v1
-from trtis import grpc_service_pb2_grpc as v1_grpc
 
 from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
@@ -22,14 +21,18 @@ from .access import restrict
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
 from .v1_servicer import V1_SERVER_ID, V1Servicer
+from .wire import add_service
 
 __all__ = ["GrpcFrontend"]
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+SERVICE_NAME = SERVICE.full_name
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
 #: The legacy TensorRT Inference Server v1 service (not reflection's v1).
-LEGACY_SERVICE_NAME = v1.DESCRIPTOR.services_by_name["GRPCService"].full_name
+LEGACY_SERVICE = v1.DESCRIPTOR.services_by_name["GRPCService"]
+LEGACY_SERVICE_NAME = LEGACY_SERVICE.full_name
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
@@ -122,9 +125,10 @@ class GrpcFrontend:
             guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             if not quiet:
                 log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
-        v1_grpc.add_GRPCServiceServicer_to_server(self._v1, self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
+        add_service(self._server, SERVICE, self._servicer, checks_own=True)
+        add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
+        add_service(self._server, _HEALTH, self._health, checks_own=False)
         enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
@@ -152,9 +156,12 @@ class GrpcFrontend:
         return port
 
     async def set_serving(self, serving: bool) -> None:
-        """What Watch reports; Check on the inference service's name asks the core."""
+        """What Watch reports; Check on the inference service's name asks the core. Not
+        serving (shutdown): the answers still going out are tracked (see ``finish``)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
         if not serving:
+            self._servicer.answers.stopping = True
+            self._v1.answers.stopping = True
             self._v1.set_exiting()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
@@ -162,6 +169,13 @@ class GrpcFrontend:
     def close_streams(self) -> None:
         self._servicer.close_streams()
         self._v1.close_streams()
+
+    async def finish(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` until the inferences answered since ``set_serving(False)``
+        have gone out and the open streams have ended; False when some have not. The
+        server itself keeps running: the process ends without grpc's shutdown (app.py)."""
+        waits = (self._servicer.answers.sent(seconds), self._v1.answers.sent(seconds))
+        return all(await asyncio.gather(*waits))
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""

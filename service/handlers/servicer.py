@@ -15,7 +15,9 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing, TraceScope
 from ..errors import InvalidArgument, ServerError, Unimplemented
+from ..heap import after_failed_request
 from ..types import InferRequest
+from .answers import AnswerTracker, refuse_stream
 from .codec import (
     decode_infer_request,
     decode_load_request,
@@ -32,7 +34,8 @@ from .settings_codec import (
     encode_log_settings,
     encode_trace_settings,
 )
-from .status import GRPC_STATUS, grpc_errors, log_request_error
+from .status import GRPC_STATUS, grpc_errors, log_request_error, request_bytes
+from .wire import Malformed
 
 __all__ = ["InferenceServicer"]
 
@@ -53,6 +56,12 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
 
 
+def _decode(request: pb.ModelInferRequest | Malformed) -> InferRequest:
+    if isinstance(request, Malformed):  # a stream item whose bytes did not parse
+        raise InvalidArgument(request.message)
+    return decode_infer_request(request)
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
@@ -71,6 +80,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
         self._readers: set[asyncio.Task[None]] = set()
         self._closing = False
+        self.answers = AnswerTracker()  # shutdown: what must go out before the exit
 
     def close_streams(self) -> None:
         """Shutdown, once inferences are drained: every stream stops reading, lets its
@@ -132,8 +142,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 with trace:
                     response = await self._core.infer(self._request(request, context))
                     trace.executed(response.timings)
+                    if self.answers.stopping:
+                        self.answers.track(context)
                     return encode_infer_response(response, self._max_send)
         response = await self._core.infer(self._request(request, context))
+        if self.answers.stopping:  # the one check on the hot path
+            self.answers.track(context)
         return encode_infer_response(response, self._max_send)
 
     def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:
@@ -143,9 +157,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             forward_headers(self._header_forward, context.invocation_metadata() or (), decoded)
         return decoded
 
-    def _stream_trace(self, request: pb.ModelInferRequest, context: Context) -> TraceScope | None:
+    def _stream_trace(
+        self, request: pb.ModelInferRequest | Malformed, context: Context
+    ) -> TraceScope | None:
         tracing = self._tracing
-        if tracing is None or not tracing.active:
+        if tracing is None or not tracing.active or isinstance(request, Malformed):
             return None
         return tracing.begin("ModelStreamInfer", request, context.invocation_metadata())
 
@@ -157,13 +173,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         Order is therefore completion order, not arrival order: clients match on ``id``.
         A failed request yields an in-band ``error_message`` and the stream goes on. At
         shutdown (``close_streams``) the stream stops reading and ends once its requests
-        are answered.
+        are answered: with OK if the client had finished sending, else with UNAVAILABLE,
+        so that a request it sent but the server never read does not wait forever for an
+        answer (Triton's shutdown ends open streams with an error too).
         """
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
+        sent_all = False  # the client half-closed: every request it sent has been read
         codes = ERROR_CODES_METADATA in tuple(context.invocation_metadata() or ())
 
-        async def serve_one(request: pb.ModelInferRequest) -> None:
+        async def serve_one(request: pb.ModelInferRequest | Malformed) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
                 async for response in self._stream_responses(request, context, codes=codes):
@@ -174,11 +193,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await results.put(response)
 
         async def read_requests() -> None:
+            nonlocal sent_all
             try:
                 async for request in request_iterator:
                     task = asyncio.create_task(serve_one(request))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
+                sent_all = True
             except asyncio.CancelledError:
                 if not self._closing:
                     raise  # the stream is being torn down, not the server shutting down
@@ -187,7 +208,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     await asyncio.gather(*pending, return_exceptions=True)
 
         if self._closing:
-            return  # opened during shutdown: end at once
+            refuse_stream(context)  # opened during shutdown: end at once
+            return
+        self.answers.track(context)  # an open stream ends before the process does
         reader = asyncio.create_task(read_requests())
         self._readers.add(reader)
 
@@ -201,6 +224,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (item := await results.get()) is not None:
                 yield item
+            if self._closing and not sent_all:
+                refuse_stream(context)
         finally:
             reader.cancel()
             for task in list(pending):
@@ -208,7 +233,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_responses(
         self,
-        request: pb.ModelInferRequest,
+        request: pb.ModelInferRequest | Malformed,
         context: Context,
         trace: TraceScope | None = None,
         codes: bool = False,
@@ -222,7 +247,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         status = grpc.StatusCode.INTERNAL
         try:
             record = None if trace is None else trace.record
-            decoded = decode_infer_request(request)
+            decoded = _decode(request)
             if self._header_forward is not None:  # the stream's metadata, for every request
                 metadata = context.invocation_metadata() or ()
                 forward_headers(self._header_forward, metadata, decoded)
@@ -247,12 +272,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "unhandled error",
                 traceback=True,
             )
+        after_failed_request(request_bytes(request))
         if trace is not None:
             trace.fail(message)
         reply = pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(
-                model_name=request.model_name, model_version=request.model_version, id=request.id
+                model_name=getattr(request, "model_name", ""),  # not on Malformed
+                model_version=getattr(request, "model_version", ""),
+                id=getattr(request, "id", ""),
             ),
         )
         if codes:

@@ -4,6 +4,11 @@ A decorator applied once per RPC (rather than a server interceptor) keeps the ho
 a single try/except: an interceptor would build a wrapped handler on every call. Every
 failed request is logged here, once, with its model, version and request id (never its
 tensors: messages name tensors, shapes and types, not values).
+
+A failure is answered with ``set_code`` / ``set_details``, never ``context.abort``: abort
+raises an exception whose traceback holds the handler's frame (and so the request), and
+grpc keeps that exception on the call's state, which the frame references back: a cycle
+that kept every refused request, 300 MB ones included, until the next garbage collection.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ..errors import ErrorCode, ServerError
+from ..errors import ErrorCode, InvalidArgument, ServerError
+from ..heap import after_failed_request
+from .wire import Malformed
 
-__all__ = ["GRPC_STATUS", "grpc_errors", "log_request_error"]
+__all__ = ["GRPC_STATUS", "grpc_errors", "log_request_error", "request_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,12 @@ def log_request_error(
     )
 
 
+def request_bytes(request: Any) -> int:
+    """The request message's size on the wire (what a failed one leaves on the heap)."""
+    size = getattr(request, "ByteSize", None)
+    return int(size()) if size is not None else 0
+
+
 def grpc_errors(
     method: Callable[[Self, Req, grpc.aio.ServicerContext[Any, Any]], Awaitable[Resp]],
 ) -> Callable[[Self, Req, grpc.aio.ServicerContext[Any, Any]], Awaitable[Resp]]:
@@ -77,6 +90,8 @@ def grpc_errors(
         self: Self, request: Req, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Resp:
         try:
+            if request.__class__ is Malformed:  # bytes that did not parse (see wire.py)
+                raise InvalidArgument(request.message)  # type: ignore[attr-defined]
             return await method(self, request, context)
         except ServerError as exc:
             code, message = GRPC_STATUS[exc.code], exc.message
@@ -84,7 +99,9 @@ def grpc_errors(
         except Exception:
             code, message = grpc.StatusCode.INTERNAL, f"internal error in {rpc}"
             log_request_error(rpc, request, code, "unhandled error", traceback=True)
-        await context.abort(code, message)
-        raise AssertionError("unreachable: context.abort raises")
+        after_failed_request(request_bytes(request))
+        context.set_code(code)
+        context.set_details(message)
+        return None  # type: ignore[return-value]  # an error status carries no message
 
     return wrapper

@@ -30,6 +30,7 @@ from .. import __version__
 from ..core.api import CoreApi
 from ..errors import InvalidArgument, ServerError, Unimplemented
 from ..statistics import Duration
+from .answers import AnswerTracker, refuse_stream
 from .header_forward import forward_headers
 from .status import GRPC_STATUS, log_request_error
 from .v1_codec import decode_v1_infer, encode_v1_infer, request_status, v1_version
@@ -67,6 +68,7 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         self._exiting = False
         self._closing = False
         self._readers: set[asyncio.Task[None]] = set()
+        self.answers = AnswerTracker()  # shutdown: what must go out before the exit
 
     # --- lifecycle (called by GrpcFrontend) ---------------------------------------------
 
@@ -184,7 +186,10 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         return server_status(facts, entries, configs, stats, self._api)
 
     async def Infer(self, request: gs.InferRequest, context: Context) -> gs.InferResponse:
-        return await self._infer(request, context)
+        response = await self._infer(request, context)
+        if self.answers.stopping:
+            self.answers.track(context)
+        return response
 
     async def _infer(self, request: gs.InferRequest, context: Context) -> gs.InferResponse:
         async def work(request_id: int) -> gs.InferResponse:
@@ -218,16 +223,22 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
         and may run concurrently; responses leave in the same order, as v1's did."""
         answers: asyncio.Queue[asyncio.Task[gs.InferResponse] | None] = asyncio.Queue()
 
+        sent_all = False  # the client half-closed: every request it sent has been read
+
         async def read_requests() -> None:
+            nonlocal sent_all
             try:
                 async for request in request_iterator:
                     answers.put_nowait(asyncio.create_task(self._infer(request, context)))
+                sent_all = True
             except asyncio.CancelledError:
                 if not self._closing:
                     raise  # the stream is being torn down, not the server shutting down
 
         if self._closing:
+            refuse_stream(context)
             return
+        self.answers.track(context)  # an open stream ends before the process does
         reader = asyncio.create_task(read_requests())
         self._readers.add(reader)
 
@@ -242,6 +253,8 @@ class V1Servicer(gs_grpc.GRPCServiceServicer):
                 pending.append(task)
                 yield await task
                 pending.remove(task)
+            if self._closing and not sent_all:  # requests it sent may be unread
+                refuse_stream(context)
         finally:
             reader.cancel()
             while not answers.empty():

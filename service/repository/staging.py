@@ -1,9 +1,14 @@
 """Model files sent with a load request, written into a directory the server owns.
 
 Every name is checked before anything is written: ``<version>/<relative path>`` with a
-numeric version, no absolute paths, no ``..``, no empty or hidden-trick components, and
-the resolved target must stay inside the staging directory. Nothing is written unless
-every name passes.
+numeric version, no absolute paths, no ``..``, no empty or hidden-trick components, no
+component longer than the file system allows, and the resolved target must stay inside
+the staging directory. Nothing is written unless every name passes, and a write that
+fails (disk full, a name the file system refuses) removes what was written.
+
+Each staged copy lives in its own folder until ``release``: the lifecycle manager calls
+it when the model version that uses the copy is unloaded or replaced, or at once when
+its load fails; ``cleanup`` removes whatever is left at shutdown.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ class StagingError(ValueError):
     """A file name that would escape the staging directory, or is otherwise unusable."""
 
 
+#: The longest file name component Linux file systems accept (NAME_MAX), in bytes.
+NAME_MAX = 255
+
+
 def _checked(name: str) -> PurePosixPath:
     if "\\" in name or "\x00" in name:
         raise StagingError(f"invalid file name '{name}'")
@@ -29,6 +38,10 @@ def _checked(name: str) -> PurePosixPath:
     parts = name.split("/")  # not PurePosixPath: it would silently drop '.' and '' parts
     if any(part in ("", ".", "..") for part in parts):
         raise StagingError(f"file name '{name}' must not contain '.', '..' or empty parts")
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in parts):
+        raise StagingError(
+            f"file name '{name}' has a part longer than {NAME_MAX} bytes, the file system's limit"
+        )
     if not (parts[0].isascii() and parts[0].isdigit()) or len(parts) < 2:
         raise StagingError(f"file name '{name}' must start with a numeric version folder")
     return PurePosixPath(name)
@@ -54,23 +67,60 @@ class StagingArea:
         """Write ``files`` under a new model directory and return it (blocking)."""
         if model_name in ("", ".", "..") or any(c in model_name for c in "/\\\x00"):
             raise StagingError(f"invalid model name '{model_name}' for staged files")
+        if len(model_name.encode("utf-8", "surrogatepass")) > NAME_MAX:
+            raise StagingError(
+                f"model name is longer than {NAME_MAX} bytes, the file system's limit"
+            )
         paths = {_checked(name): data for name, data in files.items()}
         _check_no_conflicts(list(paths))
-        if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="model-staging-"))
-        model_dir = self._root / f"{next(self._counter)}" / model_name
-        model_dir.mkdir(parents=True)
-        base = model_dir.resolve()
-        for rel, data in paths.items():
-            target = (model_dir / rel).resolve()
-            if not target.is_relative_to(base):
-                raise StagingError(f"file name '{rel}' escapes the model directory")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "xb") as out:  # never follows or replaces an existing entry
-                out.write(data)
+        try:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="model-staging-"))
+            copy = self._root / f"{next(self._counter)}"
+            copy.mkdir()
+        except OSError as exc:
+            raise StagingError(f"unable to create a staging folder: {exc.strerror}") from None
+        model_dir = copy / model_name
+        try:
+            _write(model_dir, paths)
+        except BaseException:
+            shutil.rmtree(copy, ignore_errors=True)
+            raise
         return model_dir
+
+    def release(self, model_dir: Path) -> None:
+        """Remove the staged copy ``stage`` returned as ``model_dir`` (blocking); a copy
+        already removed, or a folder this area did not stage, is left alone."""
+        root = self._root
+        copy = model_dir.parent
+        if root is not None and copy.parent == root:
+            shutil.rmtree(copy, ignore_errors=True)
+
+    def copies(self) -> list[Path]:
+        """The staged copies that exist now (one folder each)."""
+        if self._root is None or not self._root.is_dir():
+            return []
+        return sorted(self._root.iterdir())
 
     def cleanup(self) -> None:
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+
+
+def _write(model_dir: Path, paths: Mapping[PurePosixPath, bytes]) -> None:
+    try:
+        model_dir.mkdir()
+    except OSError as exc:
+        raise StagingError(f"unable to create the model folder: {exc.strerror}") from None
+    base = model_dir.resolve()
+    for rel, data in paths.items():
+        target = (model_dir / rel).resolve()
+        if not target.is_relative_to(base):
+            raise StagingError(f"file name '{rel}' escapes the model directory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as out:  # never follows or replaces an existing entry
+                out.write(data)
+        except OSError as exc:
+            raise StagingError(f"unable to write file '{rel}': {exc.strerror}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy.typing as npt
 
@@ -13,7 +13,7 @@ from ..statistics import BatchTimings
 if TYPE_CHECKING:
     from .responses import StreamSender
 
-__all__ = ["Array", "ExecutionResult", "Job", "Scheduler"]
+__all__ = ["Array", "ExecutionResult", "Job", "Scheduler", "SequenceHolder"]
 
 Array = npt.NDArray[Any]
 
@@ -76,4 +76,19 @@ class Scheduler(Protocol):
 
     async def stop(self) -> None:
         """Wait for accepted jobs to finish, then release the instances."""
+        ...
+
+
+@runtime_checkable
+class SequenceHolder(Protocol):
+    """A scheduler that keeps sequences. While the server shuts down, Triton refuses new
+    sequences but still takes the remaining requests of those in progress, and waits for
+    them to end: the core asks these two (at shutdown only)."""
+
+    def continues_sequence(self, correlation_id: int | str) -> bool:
+        """``correlation_id`` is a sequence in progress here (started, not yet ended)."""
+        ...
+
+    def active_sequences(self) -> int:
+        """Sequences started and not yet ended or released for idling."""
         ...

@@ -16,6 +16,7 @@ from typing import Any
 from ..backends.base import ModelInstance, RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
 from .inflight import InFlight
@@ -58,8 +59,10 @@ class DefaultScheduler:
                 with self._claims:
                     queued = not job.started
                     job.started = True  # a thread that takes it now skips it
-                if queued:
-                    self._stats.record_cancelled()
+                if queued:  # dropped unexecuted: a CANCELED failure
+                    self._stats.record_cancelled(self._clock() - job.enqueue_ns)
+                else:  # it ran or runs on: counted where it is delivered (or was, unread)
+                    count_if_delivered_too_late(self._stats, job, future, self._clock())
                 raise
 
     def _execute(self, job: Job, instance: ModelInstance | RequestInstance) -> Outcome:
@@ -77,18 +80,26 @@ class DefaultScheduler:
             if error is not None:
                 if not future.done():
                     future.set_exception(error)
+                elif caller_gone(job):
+                    count_abandoned(self._stats, job, error, self._clock())
                 return
-            if outcome is None:
+            if outcome is None:  # skipped: its leaving caller counted it
                 return
             outputs, timings = outcome
             self._stats.record_execution(job.size, timings)
-            if future.done():
-                return
             out = outputs[0]
-            if isinstance(out, ServerError):
-                future.set_exception(out)
-            else:
-                future.set_result(ExecutionResult(out, timings.start - job.enqueue_ns, timings))
+            result: ExecutionResult | ServerError = (
+                out
+                if isinstance(out, ServerError)
+                else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+            )
+            if not future.done():
+                if isinstance(result, ServerError):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            elif caller_gone(job):  # it ran after its caller left: counted here
+                count_abandoned(self._stats, job, result, self._clock())
 
         return deliver
 

@@ -19,6 +19,7 @@ from inference import model_config_pb2 as mc
 from ..backends.base import RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
 from .hooks import DELAY_ENV, Driver, hold_count
@@ -76,6 +77,7 @@ class DynamicBatchScheduler:
             return await job.future
         except asyncio.CancelledError:
             self._driver.wake()  # drop it from the queue now, not at the next event
+            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
             raise
         finally:
             self._inflight -= 1
@@ -89,8 +91,8 @@ class DynamicBatchScheduler:
         """One pass of the batching rules; forms as many batches as free instances allow."""
         now = self._clock()
         queues = self._queues
-        for _ in queues.drop_done():
-            self._stats.record_cancelled()
+        for job in queues.drop_done():
+            self._stats.record_cancelled(now - job.enqueue_ns)
         if self._delay_count:  # Triton's test hook: nothing at all happens until N queued
             if len(queues) < self._delay_count:
                 return
@@ -114,13 +116,10 @@ class DynamicBatchScheduler:
                 wait_until = expiry
         self._driver.arm(wait_until, now)
 
-    @staticmethod
-    def _reject(jobs: list[Job]) -> None:
+    def _reject(self, jobs: list[Job]) -> None:
         """Timed-out requests fail at once, outside any preserve_ordering (as in Triton)."""
         for job in jobs:
-            DynamicBatchScheduler._fail(
-                job, Unavailable("Request timeout expired", failure="REJECTED")
-            )
+            self._fail(job, Unavailable("Request timeout expired", failure="REJECTED"))
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
         """Straight to the instance's thread: no task in between (see instances.py)."""
@@ -152,7 +151,16 @@ class DynamicBatchScheduler:
         if not self._preserve_ordering:  # the common case: deliver now, no partials
             for job, out in zip(jobs, outputs, strict=True):
                 future = job.future
-                if future is None or future.done():
+                if future is None:
+                    continue
+                if future.done():
+                    if future.cancelled():  # ran after its caller left: counted here
+                        done: ExecutionResult | ServerError = (
+                            out
+                            if isinstance(out, ServerError)
+                            else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+                        )
+                        count_abandoned(self._stats, job, done, self._clock())
                     continue
                 if isinstance(out, ServerError):
                     future.set_exception(out)
@@ -166,15 +174,17 @@ class DynamicBatchScheduler:
             result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
             self._complete(job, functools.partial(self._succeed, job, result))
 
-    @staticmethod
-    def _succeed(job: Job, result: ExecutionResult) -> None:
+    def _succeed(self, job: Job, result: ExecutionResult) -> None:
         if job.future is not None and not job.future.done():
             job.future.set_result(result)
+        elif caller_gone(job):
+            count_abandoned(self._stats, job, result, self._clock())
 
-    @staticmethod
-    def _fail(job: Job, error: BaseException) -> None:
+    def _fail(self, job: Job, error: BaseException) -> None:
         if job.future is not None and not job.future.done():
             job.future.set_exception(error)
+        elif caller_gone(job):
+            count_abandoned(self._stats, job, error, self._clock())
 
     def _complete(self, job: Job, deliver: Callable[[], None]) -> None:
         """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""

@@ -274,6 +274,9 @@ class EnsembleScheduler:
                 # Triton counts every failure of an ensemble request under OTHER.
                 message = f"in ensemble '{self._config.name}', {exc.message}"
                 raise type(exc)(message, failure="OTHER") from None
+            except asyncio.CancelledError:  # the steps' own models count their requests
+                self._stats.record_cancelled(self._clock() - start)
+                raise
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)

@@ -25,6 +25,7 @@ from inference import model_config_pb2 as mc
 from ..backends.base import ModelInstance, RequestInstance
 from ..errors import InvalidArgument, ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
+from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
 from .base import Array, ExecutionResult, Job
 from .batch import takes_requests, union_outputs
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
@@ -126,10 +127,19 @@ class SequenceBatchScheduler:
             return await job.future
         except asyncio.CancelledError:
             self._driver.wake()
+            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
             raise
         finally:
             self._inflight -= 1
             self._owners.pop(id(job), None)
+
+    def continues_sequence(self, correlation_id: int | str) -> bool:
+        """Shutdown hook (base.SequenceHolder): a sequence in progress may finish."""
+        return any(s.cid == correlation_id and not s.ending for s in self._table.sequences())
+
+    def active_sequences(self) -> int:
+        """Shutdown hook (base.SequenceHolder): what the server's drain waits for."""
+        return len(self._table)
 
     def _check_correlation_id(self, cid: int | str | None) -> None:
         """The id must fit the CORRID control's type, or every row of its batch would fail."""
@@ -199,11 +209,12 @@ class SequenceBatchScheduler:
         return False
 
     def _drop_cancelled(self) -> None:
+        now = self._clock()
         for sequence in self._table.sequences():
             gone = [j for j in sequence.pending if j.future is not None and j.future.done()]
             for job in gone:
                 sequence.pending.remove(job)
-                self._stats.record_cancelled()
+                self._stats.record_cancelled(now - job.enqueue_ns)
             if gone and sequence.finished:
                 self._table.release(sequence)
 
@@ -323,15 +334,24 @@ class SequenceBatchScheduler:
                 sequence.states = new_states[index]
                 out = outputs[index]
                 assert out is not None
+                outcome: ExecutionResult | ServerError = (
+                    out
+                    if isinstance(out, ServerError)
+                    else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
+                )
                 if job.future is not None and not job.future.done():
-                    if isinstance(out, ServerError):
-                        job.future.set_exception(out)
+                    if isinstance(outcome, ServerError):
+                        job.future.set_exception(outcome)
                     else:
-                        result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
-                        job.future.set_result(result)
-            elif job.future is not None and not job.future.done():
+                        job.future.set_result(outcome)
+                elif caller_gone(job):
+                    count_abandoned(self._stats, job, outcome, self._clock())
+            else:
                 failure = error if isinstance(error, ServerError) else Unavailable(str(error))
-                job.future.set_exception(failure)
+                if job.future is not None and not job.future.done():
+                    job.future.set_exception(failure)
+                elif caller_gone(job):
+                    count_abandoned(self._stats, job, failure, self._clock())
             if sequence.finished:
                 self._table.release(sequence)
         self._driver.wake()

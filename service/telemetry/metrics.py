@@ -70,8 +70,8 @@ _INFERENCE = (
     _Family(
         "nv_inference_request_cancelled",
         "counter",
-        "Number of inference requests whose caller went away before execution "
-        "(not a Triton metric)",
+        "Number of inference requests whose caller went away (cancelled, or past its "
+        "deadline) before the answer; each is also a success or a failure (not a Triton metric)",
         lambda m: m.stats.cancelled,
     ),
     _Family(

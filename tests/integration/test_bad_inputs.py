@@ -477,6 +477,68 @@ def test_unknown_model_error_has_no_request_id_prefix(
     )
 
 
+# --- bytes that are not protobuf ----------------------------------------------------------
+
+# A truncated length-delimited field: protobuf refuses to parse it.
+NOT_PROTOBUF = b"\x0a\x7fadd_sub"
+
+
+@pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        ("/inference.GRPCInferenceService/ModelInfer", "inference.ModelInferRequest"),
+        ("/inference.GRPCInferenceService/ServerLive", "inference.ServerLiveRequest"),
+        (
+            "/inference.GRPCInferenceService/RepositoryModelLoad",
+            "inference.RepositoryModelLoadRequest",
+        ),
+        ("/grpc.health.v1.Health/Check", "grpc.health.v1.HealthCheckRequest"),
+        ("/nvidia.inferenceserver.GRPCService/Infer", "nvidia.inferenceserver.InferRequest"),
+    ],
+)
+def test_malformed_protobuf_is_invalid_argument(
+    default_server: ServerProcess, client: Any, method: str, message: str
+) -> None:
+    """grpc.aio's own answer would be UNKNOWN "Unexpected <class '...DecodeError'>"."""
+    with (
+        grpc.insecure_channel(default_server.url) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        channel.unary_unary(method)(NOT_PROTOBUF, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == (
+        f"unable to parse the request: the bytes are not a valid {message} message"
+    )
+
+
+def test_malformed_protobuf_on_streams(default_server: ServerProcess, client: Any) -> None:
+    """ModelStreamInfer answers in-band and goes on; Watch and reflection end the stream."""
+    good = service_pb2.ModelInferRequest(model_name="add_sub", id="after")
+    with grpc.insecure_channel(default_server.url) as channel:
+        infer = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        replies = [
+            service_pb2.ModelStreamInferResponse.FromString(r)
+            for r in infer(iter([NOT_PROTOBUF, good.SerializeToString()]), timeout=30)
+        ]
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch")
+        with pytest.raises(grpc.RpcError) as watched:
+            list(watch(NOT_PROTOBUF, timeout=30))
+        reflect = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+        )
+        with pytest.raises(grpc.RpcError) as reflected:
+            list(reflect(iter([NOT_PROTOBUF]), timeout=30))
+    errors = sorted(r.error_message for r in replies)
+    assert errors[1] == (
+        "unable to parse the request: the bytes are not a valid inference.ModelInferRequest message"
+    )
+    assert "[request id: after]" in errors[0]  # the next request on the stream was answered
+    for refused in (watched.value, reflected.value):
+        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "<class" not in (refused.details() or "")
+        assert "unable to parse the request" in (refused.details() or "")
+
+
 # --- streaming ---------------------------------------------------------------------------
 
 

@@ -288,6 +288,7 @@ BAD_FILE_NAMES = [
     "file:1/./x",
     "file:x/model.onnx",
     "file:1",
+    "file:1/" + "x" * 300,  # longer than the file system allows (was INTERNAL)
 ]
 
 
@@ -320,6 +321,65 @@ def test_file_name_escapes_are_refused(
     assert not (tmp_path / "escaped").exists()
     assert not (server_tmp.parent / "x").exists()
     assert not ec.is_model_ready(model)
+
+
+@pytest.mark.parametrize("case", ["instances", "absolute-file", "parent-file"])
+def test_hostile_config_overrides_are_invalid_argument(
+    ec: grpcclient.InferenceServerClient, tmp_path: Path, case: str
+) -> None:
+    """A config that would load without bound, or a model file from anywhere on the host
+    (pathlib drops the version folder for an absolute name), fails at once."""
+    onnx_bytes = models.add_sub_model().SerializeToString()
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes(onnx_bytes)
+    config = json.loads(add_sub_json("hostile", instances=100000 if case == "instances" else 1))
+    if case != "instances":
+        name = str(outside) if case == "absolute-file" else "../../../../../" + str(outside)
+        config["default_model_filename"] = name
+    expected = {
+        "instances": "asks for 100000 instances, more than the limit of 1024 "
+        "(--max-instances-per-model)",
+        "absolute-file": "must name a file inside the version folder",
+        "parent-file": "must name a file inside the version folder",
+    }[case]
+    expect_error(
+        lambda: ec.load_model(
+            "hostile", config=json.dumps(config), files={"file:1/model.onnx": onnx_bytes}
+        ),
+        "INVALID_ARGUMENT",
+        contains=["load failed for model 'hostile': version 1 is at UNAVAILABLE state", expected],
+    )
+    assert not ec.is_model_ready("hostile")
+    assert ec.is_model_ready("add_sub")
+
+
+def test_staged_copies_are_removed_with_their_versions(
+    ec: grpcclient.InferenceServerClient, server_tmp: Path
+) -> None:
+    """One copy on disk while loaded however often it is reloaded, none after unload, and
+    none left by a failed load (each used to stay until the server exited)."""
+
+    def copies() -> list[Path]:
+        return [p for area in server_tmp.glob("model-staging-*") for p in area.iterdir()]
+
+    onnx_bytes = models.add_sub_model().SerializeToString()
+    before = copies()
+    for _ in range(6):
+        ec.load_model(
+            "staged", config=add_sub_json("staged"), files={"file:1/model.onnx": onnx_bytes}
+        )
+        assert len(copies()) == len(before) + 1
+    assert ec.is_model_ready("staged")
+    ec.unload_model("staged")
+    assert copies() == before
+    expect_error(
+        lambda: ec.load_model(
+            "staged", config=add_sub_json("staged"), files={"file:1/model.onnx": b"not onnx"}
+        ),
+        "INVALID_ARGUMENT",
+        contains=["load failed for model 'staged'"],
+    )
+    assert copies() == before
 
 
 @pytest.mark.parametrize("kind", ["parent", "absolute", "nested"])

@@ -478,4 +478,94 @@ async def test_tensor_backends_never_merge_different_shapes_even_if_ragged() -> 
     wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
     await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
     assert fake.batches == [1, 1]  # one merged tensor needs equal shapes
+
+
+# --- callers that go away: every request that reached the backend is counted ----------------
+
+
+def _outcome(stats: ModelStats) -> tuple[int, int, int, int]:
+    return stats.success.count, stats.fail.count, stats.cancelled, stats.execution_count
+
+
+def _default(instance: Doubler) -> tuple[DefaultScheduler, ModelStats]:
+    stats = ModelStats()
+    return DefaultScheduler(InstancePool([InstanceWorker(instance)]), stats), stats
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "default"])
+@pytest.mark.parametrize("fails", [False, True], ids=["succeeds", "fails"])
+async def test_a_request_cancelled_while_executing_counts_when_the_backend_finishes(
+    kind: str, fails: bool
+) -> None:
+    """Triton records a request when the backend finishes, whatever the client did."""
+    busy = Doubler(delay=0.2)
+    busy.fail = fails
+    scheduler, stats = make([busy], max_batch=1) if kind == "dynamic" else _default(busy)
+    caller = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.to_thread(busy.started.wait, 5)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert _outcome(stats) == (0, 0, 0, 0)  # still running
+    await scheduler.stop()  # waits for the execution
+    await asyncio.sleep(0.01)
+    assert _outcome(stats) == ((0, 1, 1, 0) if fails else (1, 0, 1, 1))
+    if fails:
+        assert stats.responses[0].fail.count == 1  # the backend's failure, as Triton shows it
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "default"])
+async def test_a_request_cancelled_while_queued_is_a_cancelled_failure(kind: str) -> None:
+    """Triton: a request dropped before execution fails with reason CANCELED."""
+    busy = Doubler(delay=0.2)
+    scheduler, stats = make([busy], max_batch=1) if kind == "dynamic" else _default(busy)
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.to_thread(busy.started.wait, 5)
+    queued = asyncio.create_task(scheduler.submit(request(2)))
+    await asyncio.sleep(0.01)
+    queued.cancel()
+    await running
+    await asyncio.gather(queued, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert busy.batches == [1]
+    # The running request's success is the core's to record: its caller got the answer.
+    assert _outcome(stats) == (0, 1, 1, 1)
+    await scheduler.stop()
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "default"])
+async def test_an_answer_that_arrives_as_its_caller_is_cancelled_is_counted(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: the result is set, then the caller is cancelled before it wakes up to
+    take it. The result reaches nobody, so the scheduler counts it."""
+    fake = Doubler()
+    scheduler, stats = make([fake], max_batch=1) if kind == "dynamic" else _default(fake)
+    callers: list[asyncio.Task[Any]] = []
+    if kind == "dynamic":
+        finished = scheduler._finished  # type: ignore[union-attr]
+
+        def finished_then_cancel(*args: Any) -> None:
+            finished(*args)  # the result is set on the caller's future...
+            callers[0].cancel()  # ...which is cancelled before it wakes up
+
+        monkeypatch.setattr(scheduler, "_finished", finished_then_cancel)
+    else:
+        make_deliver = scheduler._deliver  # type: ignore[union-attr]
+
+        def deliver_then_cancel(job: Job) -> Any:
+            deliver = make_deliver(job)
+
+            def then_cancel(outcome: Any, error: Any) -> None:
+                deliver(outcome, error)
+                callers[0].cancel()
+
+            return then_cancel
+
+        monkeypatch.setattr(scheduler, "_deliver", deliver_then_cancel)
+    callers.append(asyncio.create_task(scheduler.submit(request(1))))
+    with pytest.raises(asyncio.CancelledError):
+        await callers[0]
+    await asyncio.sleep(0.01)
+    assert _outcome(stats) == (1, 0, 1, 1)
     await scheduler.stop()

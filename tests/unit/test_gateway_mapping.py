@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from gateway import compression
 from gateway.compression import choose_encoding, compress, decompress
 from gateway.errors import HTTP_STATUS, GatewayError, http_status, rpc_error
 from gateway.openapi import docs_page, openapi_document
@@ -223,6 +224,73 @@ def test_compress_and_decompress() -> None:
     with pytest.raises(GatewayError) as info:
         decompress(body, "br", 100)
     assert info.value.status == 415 and dict(info.value.headers)["accept-encoding"]
+
+
+def _bomb(encoding: str, inflated: int) -> bytes:
+    """``inflated`` zero bytes, compressed at the best ratio deflate has (~1000:1)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+    block = bytes(1 << 20)
+    return b"".join(packer.compress(block) for _ in range(inflated >> 20)) + packer.flush()
+
+
+_DECOMPRESSOBJ = zlib.decompressobj
+
+
+class _CountingInflater:
+    """Wraps zlib.decompressobj to count what it inflates."""
+
+    produced = 0
+
+    def __init__(self, wbits: int) -> None:
+        self._inner = _DECOMPRESSOBJ(wbits)
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        out = self._inner.decompress(data, max_length)
+        _CountingInflater.produced += len(out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> type[_CountingInflater]:
+    monkeypatch.setattr(compression.zlib, "decompressobj", _CountingInflater)
+    _CountingInflater.produced = 0
+    return _CountingInflater
+
+
+def test_a_gzip_bomb_is_refused_from_its_trailer_before_inflating(
+    counting: type[_CountingInflater],
+) -> None:
+    with pytest.raises(GatewayError) as info:
+        decompress(_bomb("gzip", 64 << 20), "gzip", 8 << 20)
+    assert info.value.status == 413 and "--http-max-body-bytes" in info.value.message
+    assert counting.produced == 0
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_inflating_stops_at_the_limit(encoding: str, counting: type[_CountingInflater]) -> None:
+    """A deflate bomb, or a gzip one whose trailer lies: inflated only to the limit (plus
+    one step), never in full; was: the whole limit at once, then a copy of it."""
+    body = _bomb(encoding, 64 << 20)
+    if encoding == "gzip":
+        body = body[:-4] + (1).to_bytes(4, "little")  # ISIZE says 1 byte
+    with pytest.raises(GatewayError) as info:
+        decompress(body, encoding, 8 << 20)
+    assert info.value.status == 413
+    assert counting.produced <= (8 << 20) + compression._PIECE
+
+
+def test_multi_member_gzip_and_truncated_streams() -> None:
+    assert decompress(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 100) == b"abcd"
+    big = bytes(range(256)) * 20_000  # more than one inflating step
+    assert decompress(gzip.compress(big), "gzip", len(big)) == big
+    assert decompress(zlib.compress(big), "deflate", len(big)) == big
+    for encoding, packed in (("gzip", gzip.compress(big)), ("deflate", zlib.compress(big))):
+        with pytest.raises(GatewayError) as info:
+            decompress(packed[: len(packed) // 2], encoding, len(big))
+        assert info.value.status == 400 and "malformed" in info.value.message, encoding
 
 
 # --------------------------------------------------------------------------- errors

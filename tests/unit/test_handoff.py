@@ -127,7 +127,9 @@ async def test_default_scheduler_threads_share_one_queue_and_start_with_the_firs
     assert [i.threads for i in instances] == [["left"], ["right"]]
 
 
-async def test_a_caller_leaving_during_execution_is_not_counted_as_cancelled() -> None:
+async def test_a_caller_leaving_during_execution_counts_when_the_execution_ends() -> None:
+    """As Triton: the request counts as the backend ends it (a success here), and as
+    cancelled; it is not a CANCELED failure, since it was executed."""
     busy = Sleeper("busy", 0.3)
     stats = ModelStats()
     scheduler = DefaultScheduler(InstancePool([InstanceWorker(busy)]), stats)
@@ -138,4 +140,5 @@ async def test_a_caller_leaving_during_execution_is_not_counted_as_cancelled() -
         await running
     assert scheduler.inflight == 0
     await scheduler.stop()  # waits for the execution, which is then recorded
-    assert stats.cancelled == 0 and stats.execution_count == 1
+    assert stats.cancelled == 1 and stats.execution_count == 1
+    assert stats.success.count == 1 and stats.fail.count == 0

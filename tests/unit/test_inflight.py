@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from service.core.lifecycle import ModelManager
+from service.core.server import InferenceServer
 from service.scheduling.inflight import InFlight
 
 
@@ -32,3 +35,13 @@ async def test_drained_waits_for_every_piece_of_work_even_failed_ones() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         await tasks[1]
     await tasks[0]
+
+
+async def test_core_drain_reports_whether_inferences_finished_in_time(tmp_path: Path) -> None:
+    """True at once when idle, even with 0 seconds (--exit-timeout-secs 0 exits 0); False
+    when one is still in flight after the timeout (the server then exits 1)."""
+    core = InferenceServer(ModelManager([tmp_path]))
+    assert await core.drain(0)
+    with core._inflight:
+        assert not await core.drain(0.01)
+    assert await core.drain(0)

@@ -278,6 +278,63 @@ async def test_staged_model_name_cannot_escape(
     assert files_outside_repo(tmp_path) == []
 
 
+def staged_copies(root: Path) -> list[Path]:
+    """Every staged copy (one numbered folder each) under the server's temporary folder."""
+    return sorted(p for area in root.glob("model-staging-*") for p in area.iterdir())
+
+
+async def test_staged_copies_go_with_the_versions_that_use_them(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One copy while loaded, whatever the number of reloads; none after unload; a failed
+    load or reload leaves nothing behind; the serving copy survives a failed reload."""
+    server_tmp = tmp_path / "server_tmp"
+    server_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(server_tmp))
+    onnx_bytes = models.add_sub_model().SerializeToString()
+    files = {"1/model.onnx": onnx_bytes}
+    async with manager([repo]) as m:
+        await m.load("fresh", override("fresh"), files)
+        assert len(staged_copies(server_tmp)) == 1
+        for _ in range(5):
+            await m.load("fresh", override("fresh"), files)
+            assert len(staged_copies(server_tmp)) == 1
+        serving = staged_copies(server_tmp)
+        with pytest.raises(InvalidArgument, match="load failed for model 'fresh'"):
+            await m.load("fresh", override("fresh"), {"1/model.onnx": b"not onnx"})
+        assert staged_copies(server_tmp) == serving  # the old version keeps its files
+        await add_sub_job(m, "fresh", rows=1)
+        await m.unload("fresh")
+        assert staged_copies(server_tmp) == []
+        with pytest.raises(InvalidArgument, match="load failed for model 'other'"):
+            await m.load("other", override("other"), {"1/model.onnx": b"not onnx"})
+        assert staged_copies(server_tmp) == []
+        assert m.find("other") is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["1/" + "x" * 300, "1/" + "/".join(["d" * 200] * 30) + "/model.onnx"],
+    ids=["part-too-long", "path-too-long"],
+)
+async def test_file_names_the_file_system_refuses_are_invalid_and_leave_nothing(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Was: OSError 'File name too long' escaped as INTERNAL, with a half-written folder."""
+    server_tmp = tmp_path / "server_tmp"
+    server_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(server_tmp))
+    files = {"1/model.onnx": models.add_sub_model().SerializeToString(), name: b"x"}
+    async with manager([repo]) as m:
+        with pytest.raises(InvalidArgument, match="failed to load 'fresh'") as info:
+            await m.load("fresh", override("fresh"), files)
+        assert name.split("/")[1][:40] in info.value.message  # names the file
+        assert staged_copies(server_tmp) == []
+        assert m.find("fresh") is None
+        await m.load("fresh", override("fresh"), {"1/model.onnx": files["1/model.onnx"]})
+        assert m.get("fresh").ready  # nothing was left in the way
+
+
 async def test_poll_mode_leaves_staged_models_alone(repo: Path) -> None:
     """An entry loaded from staged files is never unloaded for being absent on disk."""
     onnx_bytes = models.add_sub_model().SerializeToString()

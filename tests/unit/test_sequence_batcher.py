@@ -698,3 +698,35 @@ async def test_driver_rejects_a_backlogged_sequence_whose_timeout_passed() -> No
         assert await _value(scheduler, job(1, value=1, end=True)) == 5  # slot 0 served on
     finally:
         await scheduler.stop()
+
+
+class _GatedAccumulator(Accumulator):
+    """Holds each execution until ``gate`` is set; ``started`` says one began."""
+
+    def __init__(self, name: str, log: list[dict[str, Any]]) -> None:
+        super().__init__(name, log)
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        self.started.set()
+        self.gate.wait(10)
+        return super().execute(inputs, outputs)
+
+
+async def test_driver_counts_a_request_whose_caller_left_during_execution() -> None:
+    """It reached the backend: a success when the backend finishes, and a cancellation."""
+    scheduler, log, stats = make_scheduler()
+    gated = _GatedAccumulator("acc_0", log)
+    scheduler._pool.workers[0].instance = gated
+    try:
+        caller = asyncio.create_task(scheduler.submit(job(1, start=True, end=True, value=3)))
+        await asyncio.to_thread(gated.started.wait, 5)
+        caller.cancel()
+        await asyncio.gather(caller, return_exceptions=True)
+        assert (stats.success.count, stats.cancelled) == (0, 0)  # still executing
+        gated.gate.set()
+    finally:
+        await scheduler.stop()
+    assert (stats.success.count, stats.fail.count, stats.cancelled) == (1, 0, 1)
+    assert stats.execution_count == 1

@@ -650,5 +650,8 @@ async def test_infer_after_stop_accepting_is_unavailable() -> None:
     assert not server.is_ready()
     with pytest.raises(Unavailable) as info:
         await server.infer(request(good_inputs(), id="late"))
-    assert info.value.message == ("Server is shutting down: new inference requests are refused")
+    assert info.value.message == (
+        "[request id: late] Server is stopping, scheduler for model has stopped accepting new "
+        "inference requests"
+    )
     assert scheduler.jobs == []

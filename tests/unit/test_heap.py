@@ -1,0 +1,69 @@
+"""HeapTrimmer: trims only after large failures, in one thread, on its delay schedule."""
+
+from __future__ import annotations
+
+import threading
+
+from service.heap import HeapTrimmer
+
+
+class _Recorder:
+    """A fake trim and sleep: records the order of events, and can hold the thread."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def trim(self) -> None:
+        with self.lock:
+            self.events.append("trim")
+
+    def sleep(self, seconds: float) -> None:
+        self.gate.wait(10)
+        with self.lock:
+            self.events.append(f"sleep {seconds:g}")
+
+
+def _wait_idle(trimmer: HeapTrimmer) -> None:
+    for thread in threading.enumerate():
+        if thread.name == "heap-trim":
+            thread.join(10)
+    assert not trimmer._running
+
+
+def test_small_failures_never_trim() -> None:
+    rec = _Recorder()
+    trimmer = HeapTrimmer(rec.trim, threshold=1000, sleep=rec.sleep)
+    trimmer.after_failed_request(999)
+    _wait_idle(trimmer)
+    assert rec.events == []
+
+
+def test_a_large_failure_trims_after_each_delay() -> None:
+    rec = _Recorder()
+    trimmer = HeapTrimmer(rec.trim, threshold=1000, delays=(0.25, 1.0), sleep=rec.sleep)
+    trimmer.after_failed_request(1000)
+    _wait_idle(trimmer)
+    assert rec.events == ["sleep 0.25", "trim", "sleep 0.75", "trim"]
+
+
+def test_failures_while_running_restart_the_schedule_in_the_same_thread() -> None:
+    rec = _Recorder()
+    rec.gate.clear()  # hold the thread in its first sleep
+    trimmer = HeapTrimmer(rec.trim, threshold=10, delays=(0.25, 1.0), sleep=rec.sleep)
+    trimmer.after_failed_request(10)
+    trimmer.after_failed_request(50)  # while it waits: no second thread
+    trimmer.after_failed_request(50)
+    assert sum(t.name == "heap-trim" for t in threading.enumerate()) == 1
+    rec.gate.set()
+    _wait_idle(trimmer)
+    assert rec.events == ["sleep 0.25", "trim", "sleep 0.25", "trim", "sleep 0.75", "trim"]
+
+
+def test_without_malloc_trim_nothing_runs() -> None:
+    trimmer = HeapTrimmer(None, threshold=1)
+    trimmer.after_failed_request(1 << 30)
+    assert not trimmer._running
