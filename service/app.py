@@ -101,13 +101,15 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
-    # Readiness false and new inferences refused at once, while the endpoint stays up so
-    # health checks and in-flight requests (unary and streamed) are answered; then open
-    # streams end, the endpoint closes, and the models are unloaded.
+    # Readiness false and new inferences refused at once; the listener closes and every
+    # connection gets GOAWAY (a balancer moves to another replica) while in-flight
+    # requests (unary and streamed) are answered; then open streams end, and the models
+    # are unloaded.
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     core.stop_accepting()
     await frontend.set_serving(False)
+    frontend.stop_listening(config.exit_timeout_secs)
     if poller is not None:
         poller.cancel()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -84,6 +85,7 @@ class GrpcFrontend:
             header_forward=config.header_forward,
         )
         self._health = _Health(core)
+        self._stopping: asyncio.Future[None] | None = None
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
@@ -117,7 +119,22 @@ class GrpcFrontend:
     def close_streams(self) -> None:
         self._servicer.close_streams()
 
+    def stop_listening(self, grace: float) -> None:
+        """Begin grpc's graceful stop now: the listener closes (new connections are
+        refused) and every connection gets GOAWAY (no new RPCs on it), while the RPCs and
+        streams already running go on for up to ``grace`` seconds.
+
+        This is what moves a load balancer off a draining replica: open-source nginx keys
+        only on connection errors, never on a grpc-status, so a refused connect is the one
+        answer it retries on another replica (deploy/nginx/README.md).
+        """
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._server.stop(grace))
+
     async def stop(self, grace: float) -> None:
-        """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""
+        """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds (from
+        ``stop_listening`` when that was called first)."""
         await self.set_serving(False)
-        await self._server.stop(grace)
+        self.stop_listening(grace)
+        assert self._stopping is not None
+        await self._stopping

@@ -1,10 +1,11 @@
 """Readiness and the SIGTERM sequence, observed from outside with requests in flight.
 
-On SIGTERM the server must: turn readiness false at once (ServerReady, both health
-services), refuse new requests with UNAVAILABLE (unary) or an in-band error (streams),
-let in-flight unary requests and streamed requests finish, end open streams with OK once
-their requests are answered, and exit 0 within --exit-timeout-secs, even when an
-execution outlives that timeout.
+On SIGTERM the server must: turn readiness false at once (both health services, as a
+Watch sees), close its listener and send GOAWAY on every connection (new calls and new
+connections fail UNAVAILABLE, so a load balancer moves to another replica), refuse new
+requests on open streams with an in-band error, let in-flight unary requests and streamed
+requests finish, end open streams with OK once their requests are answered, and exit 0
+within --exit-timeout-secs, even when an execution outlives that timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -24,6 +26,7 @@ import tritonclient.grpc.aio as aioclient
 from integration_support import infer_input, running_server, wait_for_log
 from operations_support import (
     HEALTH_CHECK,
+    HEALTH_WATCH,
     NOT_SERVING,
     SERVING,
     decode_health,
@@ -86,6 +89,10 @@ async def _health(channel: grpc.aio.Channel, service: str) -> int:
     return decode_health(await check(encode_health(service), timeout=5))
 
 
+async def _next_status(watch: Any) -> int:
+    return decode_health(await asyncio.wait_for(watch.read(), 5))
+
+
 async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path) -> None:
     server = ServerProcess([slow_repo]).start()
     try:
@@ -97,6 +104,12 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             assert await _health(channel, "") == SERVING
             assert await _health(channel, SERVICE) == SERVING
+            watches = {
+                name: channel.unary_stream(HEALTH_WATCH)(encode_health(name))
+                for name in ("", SERVICE)
+            }
+            for watch in watches.values():
+                assert await _next_status(watch) == SERVING
             stream = stub.ModelStreamInfer()
             await stream.write(_stream_request(rows, "s1"))
             unary = [
@@ -108,15 +121,24 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             os.kill(server.pid, signal.SIGTERM)
             await asyncio.to_thread(wait_for_log, server, "shutting down")
 
-            # Draining: not ready anywhere, still live, new work refused.
-            assert await client.is_server_ready() is False
-            assert await client.is_server_live() is True
-            assert await _health(channel, "") == NOT_SERVING
-            assert await _health(channel, SERVICE) == NOT_SERVING
-            with pytest.raises(InferenceServerException) as late:
-                await client.infer("slow", _inputs(1), request_id="late")
-            assert late.value.status() == "StatusCode.UNAVAILABLE"
-            assert "Server is shutting down" in (late.value.message() or "")
+            # Draining: not ready (the watches hear it at once), and no new call gets in:
+            # the connection got GOAWAY and the listener is closed, so calls fail
+            # UNAVAILABLE as Triton's health and inference calls do while it exits.
+            for watch in watches.values():
+                assert await _next_status(watch) == NOT_SERVING
+                watch.cancel()  # an open Watch would hold grpc's stop until the timeout
+            for late_call in (
+                client.is_server_ready(),
+                client.is_server_live(),
+                client.infer("slow", _inputs(1), request_id="late"),
+            ):
+                with pytest.raises(InferenceServerException) as late:
+                    await late_call
+                assert late.value.status() == "StatusCode.UNAVAILABLE", late.value
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await _health(channel, "")
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            # The open stream still reads: a new request on it is refused in-band.
             await stream.write(_stream_request(1, "s2"))
 
             # In-flight work completes; the stream answers both and then ends by itself.
