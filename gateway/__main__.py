@@ -41,8 +41,9 @@ def _bind(config: GatewayConfig) -> socket.socket:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, logging Triton's start-up line once it accepts requests, and
-    draining on SIGTERM as the service does: readiness false at once, new requests
-    refused, in-flight ones finish, then exit within ``exit_timeout`` seconds."""
+    draining on SIGTERM as the service does: the listener closes and readiness turns
+    false at once, new requests on open connections are refused, in-flight ones finish,
+    then exit within ``exit_timeout`` seconds."""
 
     def __init__(
         self,
@@ -69,6 +70,11 @@ class _Server(uvicorn.Server):
         self._loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
+        # New connections are refused from now on, as Triton's HTTP endpoint does while it
+        # stops: a load balancer retries a refused connect on another replica, never a
+        # 503 to a POST it already sent (deploy/nginx/README.md).
+        for server in self.servers:
+            server.close()
         self._drain = asyncio.ensure_future(self._drain_then_exit())
 
     async def _drain_then_exit(self) -> None:
