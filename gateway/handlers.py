@@ -29,6 +29,7 @@ from .generate import build_generate_request, generate_events, render_generate
 from .header_forward import forward_headers
 from .protojson import build_request, render_response
 from .routes import Binding, Route
+from .sequence_header import with_sequence_header
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
 if TYPE_CHECKING:
@@ -137,7 +138,8 @@ class Handlers:
         infer = build_generate_request(doc, metadata, model, version)
         if trace is not None:
             trace.phase("translate_request", started)
-        call = self._stub.ModelStreamInfer(iter([infer]), metadata=request.metadata or None)
+        metadata_out = with_sequence_header(infer, request.metadata)
+        call = self._stub.ModelStreamInfer(iter([infer]), metadata=metadata_out or None)
         responses = self._stream(call)
         if binding.sse:
             first = await anext(responses, None)
@@ -208,7 +210,8 @@ class Handlers:
             forward_headers(self._header_forward, request.headers, call.request)
         if trace is not None:
             trace.phase("translate_request", started)
-        response = await self._call("ModelInfer", call.request, request.metadata)
+        sticky = with_sequence_header(call.request, request.metadata)
+        response = await self._call("ModelInfer", call.request, sticky)
         started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head
