@@ -75,7 +75,11 @@ class InferenceServer:
         self._inflight = InFlight()
 
     def stop_accepting(self) -> None:
-        """From now on readiness is false and new inferences are refused (shutdown)."""
+        """Shutdown: from now on readiness is false and requests on open streams are
+        refused. A unary inference that still reaches the core is served: the frontend has
+        closed its listener and sent GOAWAY, so it was sent before its client could know
+        (refusing it would fail a request a balancer had no way to send elsewhere), or it
+        is a step of an ensemble already in flight."""
         self._accepting = False
 
     async def drain(self) -> None:
@@ -129,22 +133,27 @@ class InferenceServer:
         ]
 
     def _lookup(self, request: InferRequest) -> ModelVersion:
-        if not self._accepting:
-            raise Unavailable("Server is shutting down: new inference requests are refused")
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
         return self._models.get(request.model_name, request.model_version)
 
-    async def stream_infer(
+    def stream_infer(
         self, request: InferRequest, record: ExecutionRecord | None = None
     ) -> AsyncIterator[InferResponse]:
-        """Every response for ``request``: one for ordinary models, zero or more for
-        decoupled ones (each marked with ``triton_final_response``).
+        """Every response for ``request`` of a stream: one for ordinary models, zero or
+        more for decoupled ones (each marked with ``triton_final_response``).
 
         ``record`` (traced streams only) receives the execution's timings; with it the
         stream ends only once the model's ``execute`` has returned, not just at the final
         response, so that a trace's compute spans lie within its request span.
         """
+        if not self._accepting:
+            raise Unavailable("Server is shutting down: new inference requests are refused")
+        return self._responses(request, record)
+
+    async def _responses(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
         model = self._lookup(request)
         if not model.config.model_transaction_policy.decoupled:
             response = await self.infer(request)
@@ -167,7 +176,7 @@ class InferenceServer:
 
     async def _infer_decoupled(self, request: InferRequest) -> InferResponse:
         """A unary call to a decoupled model works only when it sends exactly one response."""
-        answers = [r async for r in self.stream_infer(request) if r.outputs]
+        answers = [r async for r in self._responses(request) if r.outputs]
         if len(answers) != 1:
             raise InvalidArgument(
                 f"model '{request.model_name}' is decoupled and sent {len(answers)} responses "

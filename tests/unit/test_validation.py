@@ -598,13 +598,19 @@ async def test_infer_prefix_is_not_doubled() -> None:
     assert info.value.message == "[request id: x] already prefixed"
 
 
-async def test_infer_after_stop_accepting_is_unavailable() -> None:
+async def test_after_stop_accepting_streams_are_refused_and_unary_requests_served() -> None:
+    """Shutdown: not ready; a request on an open stream is refused; a unary request that
+    still reaches the core (sent before its client saw the GOAWAY, or an ensemble step of
+    a request in flight) is served."""
     scheduler = FakeScheduler()
     server, _ = make_server(scheduler)
     assert server.is_ready()
     server.stop_accepting()
     assert not server.is_ready()
     with pytest.raises(Unavailable) as info:
-        await server.infer(request(good_inputs(), id="late"))
+        server.stream_infer(request(good_inputs(), id="late"))
     assert info.value.message == ("Server is shutting down: new inference requests are refused")
     assert scheduler.jobs == []
+    response = await server.infer(request(good_inputs(), id="straggler"))
+    assert response.id == "straggler"
+    assert len(scheduler.jobs) == 1
