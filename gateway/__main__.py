@@ -13,6 +13,7 @@ import math
 import signal
 import socket
 import ssl
+import struct
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,10 @@ from .app import GatewayApp
 from .config import GatewayConfig, HttpsConfig, parse_args
 
 log = logging.getLogger("gateway")
+
+#: After SIGTERM closes the listener, requests on connections accepted just before are
+#: still served this long (bounded by half the exit timeout), as the service does.
+LAME_DUCK_S = 1.0
 
 
 def _bind(config: GatewayConfig) -> socket.socket:
@@ -42,8 +47,8 @@ def _bind(config: GatewayConfig) -> socket.socket:
 class _Server(uvicorn.Server):
     """uvicorn's server, logging Triton's start-up line once it accepts requests, and
     draining on SIGTERM as the service does: the listener closes and readiness turns
-    false at once, new requests on open connections are refused, in-flight ones finish,
-    then exit within ``exit_timeout`` seconds."""
+    false at once, new requests on open connections are served for ``LAME_DUCK_S`` and
+    refused after, in-flight ones finish, then exit within ``exit_timeout`` seconds."""
 
     def __init__(
         self,
@@ -58,6 +63,7 @@ class _Server(uvicorn.Server):
         self._target = target
         self._app = app
         self._exit_timeout = exit_timeout
+        self._lame_duck_s = min(LAME_DUCK_S, exit_timeout / 2)
         self._drain: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -66,24 +72,34 @@ class _Server(uvicorn.Server):
         if self._loop is None or self._app.draining:
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
             return
-        self._app.begin_drain()
+        self._app.begin_drain(self._lame_duck_s)
         self._loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
-        # New connections are refused from now on, as Triton's HTTP endpoint does while it
-        # stops: a load balancer retries a refused connect on another replica, never a
-        # 503 to a POST it already sent (deploy/nginx/README.md).
+        self._drain = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _close_listener(self) -> None:
+        """New connections are refused from now on, as Triton's HTTP endpoint does while it
+        stops: a load balancer retries a refused connect on another replica, never a 503
+        to a POST it already sent (deploy/nginx/README.md). Closing resets connections
+        still in the accept queue, so the loop first accepts those (briefly)."""
+        for _ in range(50):  # at most ~50 ms
+            if not _accept_queue(self._sock):
+                break
+            await asyncio.sleep(0.001)
         for server in self.servers:
             server.close()
-        self._drain = asyncio.ensure_future(self._drain_then_exit())
 
     async def _drain_then_exit(self) -> None:
         deadline = time.monotonic() + self._exit_timeout
+        await self._close_listener()
         log.info(
             "Stopping: readiness false, waiting up to %gs for %d in-flight request(s)",
             self._exit_timeout,
             self._app.in_flight,
         )
+        # Requests still arriving on connections accepted just before are served first.
+        await asyncio.sleep(self._lame_duck_s)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._app.wait_idle(), self._exit_timeout)
         if self._app.in_flight:
@@ -149,6 +165,16 @@ async def serve(config: GatewayConfig) -> int:
     finally:
         sock.close()
     return 0 if server.started else 1
+
+
+def _accept_queue(sock: socket.socket) -> int:
+    """Connections waiting to be accepted (TCP_INFO's tcpi_unacked on a listener; 0
+    where the option is missing)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        return int(struct.unpack_from("I", info, 24)[0])
+    except (OSError, AttributeError, struct.error):
+        return 0
 
 
 def _client_cert_mode(https: HttpsConfig | None) -> ssl.VerifyMode:

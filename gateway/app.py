@@ -93,11 +93,17 @@ class GatewayApp:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop_by: float | None = None  # monotonic deadline, set at SIGTERM
+        self._refuse_from = 0.0  # monotonic; new requests get 503 from then on
 
-    def begin_drain(self) -> None:
-        """Readiness false from now on; requests already running go on."""
+    def begin_drain(self, lame_duck_s: float = 0.0) -> None:
+        """Readiness false from now on; requests already running go on, and new ones on
+        open connections are still served for ``lame_duck_s`` seconds (they were sent
+        before the caller could know: a balancer's connection accepted just before the
+        listener closed), then refused with 503."""
         self.draining = True
-        self._stop_by = time.monotonic() + self.config.exit_timeout_secs
+        now = time.monotonic()
+        self._stop_by = now + self.config.exit_timeout_secs
+        self._refuse_from = now + lame_duck_s
 
     async def wait_idle(self) -> None:
         """Until no request is in flight (streams included)."""
@@ -224,7 +230,7 @@ class GatewayApp:
         if self.draining:
             if route.rpc == "ServerReady":
                 return HttpResponse(400, headers=[])  # Triton's not-ready answer
-            if route.rpc not in _WHILE_DRAINING:
+            if route.rpc not in _WHILE_DRAINING and time.monotonic() >= self._refuse_from:
                 raise GatewayError(503, "Server is stopping: the request was not started")
         body = await self._read_body(receive, headers)
         encoding = headers.get("content-encoding")

@@ -30,6 +30,11 @@ __all__ = ["serve"]
 
 log = logging.getLogger("service")
 
+#: After SIGTERM closes the listener, calls already sent on open connections (a
+#: balancer's connection per request, a gateway's channel) are served this long before
+#: grpc's stop, which would cancel them (docs/architecture.md, "Start-up and shutdown").
+LAME_DUCK_S = 1.0
+
 
 async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code.
@@ -101,15 +106,19 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
-    # Readiness false and new inferences refused at once; the listener closes and every
-    # connection gets GOAWAY (a balancer moves to another replica) while in-flight
-    # requests (unary and streamed) are answered; then open streams end, and the models
-    # are unloaded.
+    # Readiness false and the listener closed at once (a balancer moves to another
+    # replica); calls already sent on open connections are still served for a moment
+    # (LAME_DUCK_S), then every connection gets GOAWAY; in-flight requests (unary and
+    # streamed) are answered, open streams end, and the models are unloaded.
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     core.stop_accepting()
     await frontend.set_serving(False)
-    frontend.stop_listening(config.exit_timeout_secs)
+    if await frontend.close_listener():
+        await asyncio.sleep(min(LAME_DUCK_S, config.exit_timeout_secs / 2))
+    frontend.begin_stop(max(0.0, deadline - loop.time()))
+    await asyncio.sleep(0)  # grpc's stop has begun: GOAWAY is on its way
+    log.info("new connections refused; GOAWAY sent on open connections")
     if poller is not None:
         poller.cancel()
     try:

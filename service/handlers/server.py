@@ -18,6 +18,7 @@ from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
+from .listener import close_listeners
 from .servicer import InferenceServicer
 
 __all__ = ["GrpcFrontend"]
@@ -86,6 +87,7 @@ class GrpcFrontend:
         )
         self._health = _Health(core)
         self._stopping: asyncio.Future[None] | None = None
+        self._port = 0
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
@@ -108,6 +110,7 @@ class GrpcFrontend:
             raise OSError(f"unable to bind gRPC endpoint {address}: {why}") from exc
         await self._server.start()
         await self.set_serving(True)
+        self._port = port
         return port
 
     async def set_serving(self, serving: bool) -> None:
@@ -119,22 +122,28 @@ class GrpcFrontend:
     def close_streams(self) -> None:
         self._servicer.close_streams()
 
-    def stop_listening(self, grace: float) -> None:
-        """Begin grpc's graceful stop now: the listener closes (new connections are
-        refused) and every connection gets GOAWAY (no new RPCs on it), while the RPCs and
-        streams already running go on for up to ``grace`` seconds.
+    async def close_listener(self) -> bool:
+        """Refuse new connections from now on; open ones are served as before. False
+        where the listener cannot be closed on its own (not Linux): ``begin_stop`` then
+        closes it.
 
-        This is what moves a load balancer off a draining replica: open-source nginx keys
-        only on connection errors, never on a grpc-status, so a refused connect is the one
-        answer it retries on another replica (deploy/nginx/README.md).
+        This is what moves a load balancer off a draining replica: open-source nginx
+        keys only on connection errors, never on a grpc-status, so a refused connect is
+        the one answer it retries on another replica (deploy/nginx/README.md).
         """
+        return await asyncio.to_thread(close_listeners, self._port) > 0
+
+    def begin_stop(self, grace: float) -> None:
+        """Begin grpc's graceful stop now: the listener closes if it is still open, every
+        connection gets GOAWAY (no new calls on it; grpc cancels any that still arrive),
+        and the calls and streams already running go on for up to ``grace`` seconds."""
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._server.stop(grace))
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds (from
-        ``stop_listening`` when that was called first)."""
+        ``begin_stop`` when that was called first)."""
         await self.set_serving(False)
-        self.stop_listening(grace)
+        self.begin_stop(grace)
         assert self._stopping is not None
         await self._stopping

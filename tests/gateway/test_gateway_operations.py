@@ -442,8 +442,9 @@ def test_sigterm_drains_in_flight_requests(fake: FakeService, plain_service: str
         # New connections are refused (a balancer moves to another replica).
         with pytest.raises(ConnectionRefusedError):
             http_request(gw.url, "GET", "/v2/health/live", timeout=5)
-        # On the open connection: not ready at once, without asking the service; live
-        # still; new work refused.
+        time.sleep(1.0)  # past the lame-duck second (gateway/__main__.py LAME_DUCK_S)
+        # On the open connection: not ready, without asking the service; live still;
+        # new work refused.
         before = len(fake.calls)
         assert _on(kept, "GET", "/v2/health/ready").status == 400
         assert len(fake.calls) == before

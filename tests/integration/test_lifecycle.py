@@ -144,8 +144,9 @@ async def test_sigterm_drains_in_flight_requests(slow_repository: Path) -> None:
                 sigterm_at = time.monotonic()
                 os.kill(server.pid, signal.SIGTERM)
 
-                # Shutdown has begun: a new request on the same, connected channel is refused.
-                await asyncio.to_thread(wait_for_log, server, "shutting down")
+                # Past the lame-duck second a new request on the same, connected channel
+                # is refused (GOAWAY, listener closed).
+                await asyncio.to_thread(wait_for_log, server, "GOAWAY sent")
                 with pytest.raises(InferenceServerException) as late:
                     await client.infer("slow", _inputs(xs[0]), request_id="late")
                 _assert_refused(late.value)
