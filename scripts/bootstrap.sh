@@ -24,10 +24,17 @@ stamp_write() {
   cat "$@" | sha256sum | cut -d' ' -f1 > "$file"
 }
 # pip's own exit status counts; only the index-location warnings are filtered out.
+# pip's per-package lines stay off; each step says what it does and how long it took.
 pip_quiet() { "$@" --disable-pip-version-check -q 2> >(grep -v '^WARNING: Location' >&2); }
+step_start() { echo "bootstrap: $1 ..."; step_t0=$SECONDS; }
+step_done() { echo "bootstrap:   done in $((SECONDS - step_t0))s"; }
 
 make_venv() {
-  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+  if [ ! -x "$1/bin/python" ]; then
+    step_start "creating $1"
+    "$PYTHON" -m venv "$1"
+    step_done
+  fi
 }
 
 # nginx (Debian's package) for tests/integration/test_replicas.py, which runs three
@@ -50,17 +57,19 @@ install_nginx() {
 make_venv .venv
 if [ "$what" = "test" ]; then
   if ! stamp_ok .venv/.stamp-dev pyproject.toml; then
-    echo "bootstrap: installing server + dev dependencies into .venv"
+    step_start "installing server + dev dependencies into .venv (about a minute)"
     pip_quiet .venv/bin/python -m pip install -e ".[dev]"
     .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy" || exit 1
+    step_done
     stamp_write .venv/.stamp-dev pyproject.toml
     cp .venv/.stamp-dev .venv/.stamp-server
   fi
   make_venv .venv-client
   if ! stamp_ok .venv-client/.stamp tests/requirements-client.txt; then
-    echo "bootstrap: installing the test client environment into .venv-client"
+    step_start "installing the test client environment into .venv-client"
     pip_quiet .venv-client/bin/python -m pip install -r tests/requirements-client.txt
     .venv-client/bin/python -c "import tritonclient.grpc, pytest" || exit 1
+    step_done
     stamp_write .venv-client/.stamp tests/requirements-client.txt
   fi
   if ! have_nginx && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -69,15 +78,17 @@ if [ "$what" = "test" ]; then
   fi
   if ! stamp_ok node_modules/.stamp package-lock.json; then
     command -v npm >/dev/null || { echo "bootstrap: npm is required for buf" >&2; exit 1; }
-    echo "bootstrap: installing buf (npm ci)"
+    step_start "installing buf (npm ci)"
     npm ci --no-audit --no-fund --loglevel=error
+    step_done
     stamp_write node_modules/.stamp package-lock.json
   fi
 else
   if ! stamp_ok .venv/.stamp-server pyproject.toml; then
-    echo "bootstrap: installing the server into .venv"
+    step_start "installing the server into .venv (about a minute, once)"
     pip_quiet .venv/bin/python -m pip install -e .
     .venv/bin/python -c "import grpc, onnxruntime" || exit 1
+    step_done
     stamp_write .venv/.stamp-server pyproject.toml
   fi
 fi

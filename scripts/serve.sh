@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Bootstrap the server environment, then serve the embedded default model repository:
-# the gRPC service (port 8001) and the REST gateway in front of it (port 8000), as Triton.
-# Extra arguments go to the service, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1
+# Bootstrap the server environment, then serve a model repository: the gRPC service (port
+# 8001, metrics on 8002) and the REST gateway in front of it (port 8000), as Triton.
+# Extra arguments go to the service, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1;
+# with --model-repository DIR (repeatable) it serves DIR, else the embedded default one.
 # Gateway settings: GATEWAY_HTTP_PORT (default 8000), GATEWAY_ARGS (more gateway flags),
 # SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM stops both.
 set -euo pipefail
@@ -9,8 +10,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh" server
 cd "$ROOT"
 
+# The embedded repository only when the caller names none.
+repository=(--model-repository service/default_repository)
+for arg in "$@"; do
+  case "$arg" in
+    --model-repository|--model-repository=*|--model-store|--model-store=*) repository=() ;;
+  esac
+done
+
 if [ "${SERVE_GATEWAY:-1}" = "0" ]; then
-  exec .venv/bin/python -m service --model-repository service/default_repository "$@"
+  exec .venv/bin/python -m service "${repository[@]}" "$@"
 fi
 
 # The gateway must know the service's port: take the last --grpc-port given (default 8001).
@@ -28,7 +37,7 @@ if [ "$grpc_port" = "0" ]; then
   exit 2
 fi
 
-.venv/bin/python -m service --model-repository service/default_repository "$@" &
+.venv/bin/python -m service "${repository[@]}" "$@" &
 service_pid=$!
 # shellcheck disable=SC2086  # GATEWAY_ARGS is a list of flags
 .venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" \

@@ -15,6 +15,7 @@ from .cache import ResponseCache
 from .config import ServerConfig
 from .core.lifecycle import ControlMode, ModelManager
 from .core.server import InferenceServer
+from .core.status_table import model_table
 from .handlers.server import GrpcFrontend
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
@@ -53,15 +54,18 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     mode = ControlMode(config.model_control_mode)
     models = ModelManager(config.model_repositories, mode=mode, startup_models=config.load_models)
     cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
-    core = InferenceServer(models, strict_readiness=config.strict_readiness, cache=cache)
+    core = InferenceServer(
+        models, strict_readiness=config.strict_readiness, cache=cache, server_id=config.server_id
+    )
     tracing = Tracing(config.trace)
-    models.attach_runner(TracingStepRunner(core, tracing))
+    models.attach_runner(TracingStepRunner(core.step_runner, tracing))
     try:
         await models.start()
     except ValueError as exc:
         log.error("%s", exc)
         await models.unload_all()
         return 1
+    log.info("\n%s", model_table(models.index()))
     poller = None
     if mode is ControlMode.POLL:
         poller = asyncio.create_task(models.poll_forever(config.repository_poll_secs))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import SERVER_ID
 from .handlers.header_forward import compile_forward_pattern
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LOG_FORMATS, LogSettings, TraceSettings, parse_trace_config
@@ -70,6 +72,7 @@ class MetricsConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     model_repositories: tuple[Path, ...]
+    server_id: str = SERVER_ID  # --id: the name ServerMetadata reports
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -111,8 +114,10 @@ def _flag(parser: argparse.ArgumentParser, name: str, default: bool, text: str) 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    invoked = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     parser = argparse.ArgumentParser(
-        prog="python -m service",
+        # As run: the console script (tritonserver), or python -m service.
+        prog=invoked if invoked and invoked != "__main__.py" else "python -m service",
         description="Triton / KServe v2 compatible inference server (gRPC).",
     )
     add = parser.add_argument
@@ -125,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="model_repositories",
         help="model repository folder (repeatable)",
     )
+    add("--id", default=SERVER_ID, dest="server_id", help="identifier for this server")
     add("--grpc-address", default="0.0.0.0", help="address to bind")
     add("--grpc-port", type=int, default=8001, help="0 picks a free port")
     add(
@@ -311,6 +317,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error(str(exc))
     return ServerConfig(
         model_repositories=tuple(args.model_repositories),
+        server_id=args.server_id,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_max_message_bytes=args.grpc_max_message_bytes,

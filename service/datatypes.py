@@ -97,6 +97,8 @@ def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int) -> npt.NDAr
     items: list[bytes] = []
     offset, end = 0, len(view)
     while offset < end:
+        if len(items) == count:  # stop early: a hostile buffer of tiny items stays cheap
+            raise ValueError(f"holds more than {count} elements")
         if offset + 4 > end:
             raise ValueError("truncated length prefix")
         (length,) = _LEN.unpack_from(view, offset)

@@ -29,7 +29,14 @@ __all__ = [
     "ServerError",
     "Unavailable",
     "Unimplemented",
+    "request_prefix",
 ]
+
+
+def request_prefix(request_id: str) -> str:
+    """Triton's ``LogRequest()``, which starts the messages of the request checks its core
+    makes (shapes, sizes, counts, queue full); other errors carry no prefix."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 class ErrorCode(enum.Enum):
@@ -49,15 +56,19 @@ class ServerError(Exception):
 
     code: ErrorCode = ErrorCode.INTERNAL
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, failure: str | None = None) -> None:
+        """``failure``: the statistics reason (``statistics.FAILURE_REASONS``) when the
+        model had accepted the request; None for a request refused before that, which
+        Triton does not count as a failure (bad input, full queue, unknown model)."""
         super().__init__(message)
         self.message = message
+        self.failure = failure
 
     def with_request_id(self, request_id: str) -> ServerError:
-        """Prefix the message as Triton does, so clients matching on text keep working."""
+        """Prefix the message with the request's id (where Triton does so)."""
         if not request_id or self.message.startswith("[request id: "):
             return self
-        return type(self)(f"[request id: {request_id}] {self.message}")
+        return type(self)(f"[request id: {request_id}] {self.message}", failure=self.failure)
 
 
 class InvalidArgument(ServerError):

@@ -12,7 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["BatchTimings", "Duration", "ModelStats", "StatsObserver", "set_observer_factory"]
+__all__ = [
+    "FAILURE_REASONS",
+    "BatchTimings",
+    "Duration",
+    "ModelStats",
+    "StatsObserver",
+    "set_observer_factory",
+]
+
+# Triton 2.51's failure reasons (core infer_stats.h), in its order: the ``reason`` label of
+# ``nv_inference_request_failure``. REJECTED: timed out in a queue; CANCELED: cancelled
+# while pending; BACKEND: the model failed it; OTHER: the rest (an ensemble's failures).
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
 @dataclass(slots=True)
@@ -118,6 +130,7 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     cancelled: int = 0
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
@@ -152,12 +165,22 @@ class ModelStats:
         if self.observer is not None:
             self.observer.observe_request(request_ns, queue_ns, timings)
 
-    def record_request_success(self, request_ns: int) -> None:
-        """A decoupled request whose responses all went out (timings are per response)."""
+    def record_request_success(
+        self, request_ns: int, queue_ns: int | None = None, timings: BatchTimings | None = None
+    ) -> None:
+        """A decoupled request whose responses all went out. Its queue and compute times
+        (the ``execute`` call, as Triton backends report them) count like any request's,
+        so tools that profile from these counters (perf_analyzer) work; its responses
+        are counted per index by ``record_response``."""
         self.success.add(request_ns)
+        if queue_ns is not None and timings is not None:
+            self.queue.add(queue_ns)
+            self.compute_input.add(timings.compute_input)
+            self.compute_infer.add(timings.compute_infer)
+            self.compute_output.add(timings.compute_output)
         self.last_inference_ms = self.wall_ms()
         if self.observer is not None:
-            self.observer.observe_request(request_ns, None, None)
+            self.observer.observe_request(request_ns, queue_ns, timings)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """Hits count as successes and (zero-length) queue entries, never as executions."""
@@ -206,10 +229,15 @@ class ModelStats:
             stats = self.responses[index] = ResponseStats()
         return stats
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, reason: str = "OTHER") -> None:
+        """A request the model accepted and did not answer; every failure has one reason."""
         self.fail.add(request_ns)
+        self.failures[reason] += 1
         self.last_inference_ms = self.wall_ms()
 
     def record_cancelled(self) -> None:
-        """A request removed before execution (caller cancelled or deadline passed)."""
+        """A request removed before execution (caller cancelled or deadline passed): a
+        failure with reason CANCELED, as Triton counts it, and our own cancelled count."""
         self.cancelled += 1
+        self.fail.add(0)
+        self.failures["CANCELED"] += 1

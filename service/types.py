@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .scheduling.base import ExecutionResult
 
 __all__ = [
+    "FINAL_FLAG",
     "ExecutionRecord",
     "InferRequest",
     "InferResponse",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 ParameterValue = bool | int | float | str
+
+# The response parameter that marks a decoupled model's last response for its request.
+FINAL_FLAG = "triton_final_response"
 Array = npt.NDArray[Any]
 
 

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from ..errors import Internal, ServerError
 from ..scheduling.base import ExecutionResult, Job
 from ..scheduling.responses import Response, StreamSender
-from ..types import ExecutionRecord, InferResponse, OutputTensor
+from ..types import FINAL_FLAG, ExecutionRecord, InferResponse, OutputTensor
 from .model import ModelVersion
 from .validation import build_outputs
 
 __all__ = ["FINAL_FLAG", "stream_responses"]
 
-FINAL_FLAG = "triton_final_response"
 ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
 
 
@@ -38,11 +37,14 @@ async def stream_responses(
     request_id: str,
     enable_empty_final: bool,
     record: ExecutionRecord | None = None,
+    on_result: Callable[[ExecutionResult], None] | None = None,
 ) -> AsyncIterator[InferResponse]:
     """Yield the model's responses for ``job`` as they arrive; raise on an error response.
 
     With a ``record``, the stream also waits, after its final response has gone out, for
     the model's ``execute`` to return, and leaves the execution's timings in the record.
+    ``on_result`` gets those timings whenever ``execute`` returns (possibly after the
+    stream ended), without anyone waiting for it.
     """
     assert model.scheduler is not None
     sink = StreamSender(asyncio.get_running_loop())
@@ -56,8 +58,11 @@ async def stream_responses(
             sink.fail(done.exception())  # type: ignore[arg-type]
         elif done.exception() is not None:
             sink.fail(Internal(str(done.exception())))
-        elif record is not None:
-            record.result = done.result()
+        else:
+            if record is not None:
+                record.result = done.result()
+            if on_result is not None:
+                on_result(done.result())
 
     execution.add_done_callback(on_done)
     index = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from inference import model_config_pb2 as mc
 
-from ..errors import InvalidArgument, NotFound, Unavailable
+from ..errors import Internal, InvalidArgument, NotFound, Unavailable
 from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
@@ -63,6 +63,19 @@ class ModelEntry:
         return "; ".join(
             f"version {v}: {m.reason}" for v, m in sorted(self.versions.items()) if not m.ready
         )
+
+
+def _poll_failed(name: str) -> str:
+    """Triton's answer to a load of a model it cannot read (missing, bad config); the
+    reason itself is logged and shown by the repository index."""
+    return f"failed to load '{name}', failed to poll from model repository"
+
+
+def _load_failed(name: str, entry: ModelEntry) -> str:
+    """Triton's answer to a load whose versions failed, one clause per version."""
+    failed = sorted((v, m) for v, m in entry.versions.items() if not m.ready)
+    clauses = "".join(f"version {v} is at {m.state.value} state: {m.reason};" for v, m in failed)
+    return f"load failed for model '{name}': {clauses}\n"
 
 
 class ModelManager:
@@ -160,10 +173,12 @@ class ModelManager:
             else:
                 directory = discover_models(self._repositories).get(name)  # type: ignore[assignment]
                 if directory is None:
-                    raise NotFound(f"failed to load '{name}': no model '{name}' in any repository")
+                    raise Internal(_poll_failed(name))
             entry = await self._replace(directory, override, staged=bool(files))
+            if entry.reason:  # the model's files or config: Triton's poll step fails
+                raise Internal(_poll_failed(name))
             if entry.failure:
-                raise InvalidArgument(f"failed to load '{name}': {entry.failure}")
+                raise InvalidArgument(_load_failed(name, entry))
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self._mode is not ControlMode.EXPLICIT:

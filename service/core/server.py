@@ -9,14 +9,15 @@ from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
-from .. import SERVER_NAME, __version__
+from .. import SERVER_ID, __version__
 from ..cache import ResponseCache, cache_key
-from ..errors import Internal, InvalidArgument, ServerError, Unavailable
+from ..errors import Internal, ServerError, Unavailable, Unimplemented
 from ..scheduling.base import ExecutionResult, Job
+from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
-from .decoupled import ENABLE_EMPTY_FINAL, FINAL_FLAG, stream_responses
+from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
 from .model import ModelVersion
@@ -24,12 +25,17 @@ from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented (Triton's extension names).
+# Only what is actually implemented (Triton's extension names, in its order; classification
+# and the shared-memory extensions are not, and so are not advertised). binary_tensor_data
+# is the REST gateway's; parameters: request parameters reach the models.
 EXTENSIONS: tuple[str, ...] = (
-    "model_configuration",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
     "statistics",
 )
 
@@ -67,8 +73,10 @@ class InferenceServer:
         *,
         strict_readiness: bool = True,
         cache: ResponseCache | None = None,
+        server_id: str = SERVER_ID,
     ) -> None:
         self._models = models
+        self._id = server_id
         self._strict = strict_readiness
         self._cache = cache
         self._accepting = True
@@ -95,7 +103,7 @@ class InferenceServer:
         return self._models.all_ready() if self._strict else True
 
     def metadata(self) -> ServerMetadata:
-        return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
+        return ServerMetadata(self._id, __version__, EXTENSIONS)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self._models.find(name, version) is not None
@@ -112,6 +120,10 @@ class InferenceServer:
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self._models.config(name, version)
+
+    def model_labels(self, name: str, version: str = "") -> dict[str, tuple[str, ...]]:
+        """Classification labels by output name (outputs with a ``label_filename``)."""
+        return self._models.get(name, version).labels
 
     def repository_index(self, repository_name: str = "", ready: bool = False) -> list[IndexEntry]:
         return self._models.index(repository_name, ready)
@@ -137,6 +149,12 @@ class InferenceServer:
         # no id prefix on those errors.
         return self._models.get(request.model_name, request.model_version)
 
+    @property
+    def step_runner(self) -> StepRunner:
+        """The ensembles' StepRunner: the steps of a request already in flight run on
+        during a drain, when a client's stream request would be refused."""
+        return _Steps(self)
+
     def stream_infer(
         self, request: InferRequest, record: ExecutionRecord | None = None
     ) -> AsyncIterator[InferResponse]:
@@ -152,7 +170,7 @@ class InferenceServer:
         return self._responses(request, record)
 
     async def _responses(
-        self, request: InferRequest, record: ExecutionRecord | None = None
+        self, request: InferRequest, record: ExecutionRecord | None
     ) -> AsyncIterator[InferResponse]:
         model = self._lookup(request)
         if not model.config.model_transaction_policy.decoupled:
@@ -162,43 +180,37 @@ class InferenceServer:
             yield response
             return
         start = time.monotonic_ns()
-        with self._inflight:
+        with self._inflight, model.lease():
+            job = prepare_job(model, request)
+            enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
+            outcome = _DecoupledOutcome(model, start)
             try:
-                with model.lease():
-                    job = prepare_job(model, request)
-                    enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
-                    async for response in stream_responses(model, job, request.id, enable, record):
-                        yield response
-                model.stats.record_request_success(time.monotonic_ns() - start)
+                async for response in stream_responses(
+                    model, job, request.id, enable, record, outcome.executed
+                ):
+                    yield response
             except ServerError as exc:
-                model.stats.record_failure(time.monotonic_ns() - start)
-                raise exc.with_request_id(request.id) from None
-
-    async def _infer_decoupled(self, request: InferRequest) -> InferResponse:
-        """A unary call to a decoupled model works only when it sends exactly one response."""
-        answers = [r async for r in self._responses(request) if r.outputs]
-        if len(answers) != 1:
-            raise InvalidArgument(
-                f"model '{request.model_name}' is decoupled and sent {len(answers)} responses "
-                "to a unary request: use ModelStreamInfer"
-            ).with_request_id(request.id)
-        answers[0].parameters.pop(FINAL_FLAG, None)
-        return answers[0]
+                _count_failure(model, exc, start)
+                raise
+            outcome.answered()
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        """One request, one response. A decoupled model is refused, as Triton's ModelInfer
+        refuses it: its responses need a stream."""
         start = time.monotonic_ns()
         model = self._lookup(request)
         if model.config.model_transaction_policy.decoupled:
-            return await self._infer_decoupled(request)
-        with self._inflight:
+            raise Unimplemented(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        with self._inflight, model.lease():
+            job = prepare_job(model, request)
             try:
-                with model.lease():
-                    return await self._run(model, prepare_job(model, request), start, request.id)
+                return await self._run(model, job, start, request.id)
             except ServerError as exc:
-                model.stats.record_failure(time.monotonic_ns() - start)
-                if isinstance(exc, Internal):
+                if _count_failure(model, exc, start) == "BACKEND":
                     model.stats.record_backend_failure()
-                raise exc.with_request_id(request.id) from None
+                raise
 
     async def _run(
         self, model: ModelVersion, job: Job, start: int, request_id: str
@@ -237,6 +249,57 @@ class InferenceServer:
         return await asyncio.to_thread(
             cache_key, model.name, model.version, job.inputs, job.outputs
         )
+
+
+class _DecoupledOutcome:
+    """Counts a decoupled request's success once both its final response has gone out
+    and its execution's timings are known, whichever comes last (a model may send its
+    final response from ``execute`` or long after it returned)."""
+
+    __slots__ = ("_done", "_model", "_result", "_start")
+
+    def __init__(self, model: ModelVersion, start: int) -> None:
+        self._model = model
+        self._start = start
+        self._done = False
+        self._result: ExecutionResult | None = None
+
+    def executed(self, result: ExecutionResult) -> None:
+        self._result = result
+        if self._done:
+            self._record()
+
+    def answered(self) -> None:
+        self._done = True
+        if self._result is not None:
+            self._record()
+
+    def _record(self) -> None:
+        result = self._result
+        assert result is not None
+        elapsed = time.monotonic_ns() - self._start
+        self._model.stats.record_request_success(elapsed, result.queue_ns, result.timings)
+
+
+def _count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
+    """Count a request the model had accepted under its failure reason; one refused
+    before that (full queue, sequence rules, unloading) is not a failure, as in Triton."""
+    reason = exc.failure or ("BACKEND" if isinstance(exc, Internal) else None)
+    if reason is not None:
+        model.stats.record_failure(time.monotonic_ns() - start, reason)
+    return reason
+
+
+class _Steps:
+    """``InferenceServer.step_runner``."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        self._core = core
+
+    def stream_infer(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
+        return self._core._responses(request, record)
 
 
 def _response(

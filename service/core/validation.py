@@ -10,9 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import datatypes
-from ..errors import Internal, InvalidArgument
+from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
+from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
 
@@ -25,24 +26,35 @@ def _fmt(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+# Triton appends this to a shape error of a batching model (infer_request.cc, Normalize).
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+    "dimension to be prepended to each input shape. If you want to specify the full shape "
+    "including the batch dim in your input dims config, try setting max_batch_size to "
+    "zero. See the model configuration docs for more info on max_batch_size."
+)
+
+
 def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
-    name = model.name
     parameters = backend_parameters(request.parameters)  # Triton checks these first
     given: dict[str, InputTensor] = {}
     for tensor in request.inputs:
-        if tensor.name not in model.inputs:
-            raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{name}'")
         if tensor.name in given:
-            raise InvalidArgument(
-                f"input '{tensor.name}' appears more than once in the request for model '{name}'"
-            )
+            raise _error(request.id, f"input '{tensor.name}' already exists in request")
         given[tensor.name] = tensor
-    _check_required(model, given)
-    batch_size = _batch_size(model, request.inputs)
-    inputs = {t.name: _to_array(model, model.inputs[t.name], t, batch_size) for t in request.inputs}
+    outputs = _requested_outputs(model, request)
+    _check_count(model, request, given)
+    try:
+        batch_size, inputs = _normalize(model, request, request.inputs)
+    except InvalidArgument as first:
+        if len(request.inputs) > 1:
+            # Triton checks the inputs in its hash map's order: report what it would.
+            order = unordered_order([t.name for t in request.inputs])
+            _normalize(model, request, [given[n] for n in order])
+        raise first from None
     return Job(
         inputs,
-        _requested_outputs(model, request),
+        outputs,
         batch_size,
         request.id,
         priority=_int_parameter(model, request, "priority"),
@@ -83,114 +95,196 @@ def _int_parameter(model: ModelVersion, request: InferRequest, key: str) -> int:
     return value
 
 
-def _check_required(model: ModelVersion, given: dict[str, InputTensor]) -> None:
+def _error(request_id: str, message: str) -> InvalidArgument:
+    """A request error Triton raises with its request's ``LogRequest()`` prefix."""
+    return InvalidArgument(request_prefix(request_id) + message)
+
+
+def _names(names: Sequence[str]) -> str:
+    """Triton's list form: ``['A','B']`` (no space), ``[]`` when empty."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _check_count(model: ModelVersion, request: InferRequest, given: dict[str, InputTensor]) -> None:
+    """Triton's ValidateRequestInputs, with its texts (exact count without optional
+    inputs, a range with them); beyond Triton, a known-names request that still lacks a
+    required input is refused with the same text rather than reaching the backend."""
     required = [s.name for s in model.inputs.values() if not s.optional]
     missing = [n for n in required if n not in given]
-    if missing:
-        got = ", ".join(f"'{n}'" for n in given)
-        raise InvalidArgument(
-            f"expected {len(required)} inputs but got {len(given)} inputs for model "
-            f"'{model.name}'. Got input(s) [{got}], but missing required input(s) "
-            f"[{', '.join(repr(n) for n in missing)}]. Please provide all required input(s)."
-        )
+    total = len(model.inputs)
+    if len(required) <= len(given) <= total and (
+        not missing or any(n not in model.inputs for n in given)
+    ):
+        return  # complete, or an unknown input that Triton reports first (_batch_size)
+    got = _names(unordered_order(list(given)))
+    head = (
+        f"expected {total} inputs"
+        if total == len(required)
+        else f"expected number of inputs between {len(required)} and {total}"
+    )
+    # Triton's text for "none missing" (too many inputs) is "]": its list loses the "[".
+    lacking = _names(missing) if missing else "]"
+    raise _error(
+        request.id,
+        f"{head} but got {len(given)} inputs for model "
+        f"'{model.name}'. Got input(s) {got}, but missing required input(s) "
+        f"{lacking}. Please provide all required input(s).",
+    )
 
 
-def _batch_size(model: ModelVersion, tensors: Sequence[InputTensor]) -> int:
-    if not model.batched:
-        return 0
-    batch = -1
+def _normalize(
+    model: ModelVersion, request: InferRequest, tensors: Sequence[InputTensor]
+) -> tuple[int, dict[str, Array]]:
+    """Triton's Normalize over ``tensors`` in the given order: names and batch size
+    first, then each input's datatype, shape and data."""
+    batch_size = _batch_size(model, request, tensors)
+    inputs = {t.name: _to_array(model, request, t, batch_size) for t in tensors}
+    return batch_size, inputs
+
+
+def _batch_size(model: ModelVersion, request: InferRequest, tensors: Sequence[InputTensor]) -> int:
+    name = model.name
+    batch = 0
     for tensor in tensors:
+        if tensor.name not in model.inputs:
+            raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{name}'")
+        if not model.batched:
+            continue
         if not tensor.shape:
-            raise InvalidArgument(
-                f"input '{tensor.name}' for model '{model.name}' has no batch dimension, "
-                f"but the model has max_batch_size {model.config.max_batch_size}"
+            raise _error(
+                request.id,
+                f"input '{tensor.name}' has no shape but model requires batch "
+                f"dimension for '{name}'",
             )
-        if batch == -1:
+        if batch == 0:
             batch = tensor.shape[0]
         elif tensor.shape[0] != batch:
-            raise InvalidArgument(
-                f"input '{tensor.name}' batch size {tensor.shape[0]} does not match other "
-                f"inputs' batch size {batch} for model '{model.name}'"
+            raise _error(
+                request.id,
+                f"input '{tensor.name}' batch size does not match other inputs for '{name}'",
             )
+    if not model.batched:
+        return 0
     if batch > model.config.max_batch_size:
-        raise InvalidArgument(
-            f"inference request batch-size must be <= {model.config.max_batch_size} "
-            f"for '{model.name}'"
+        raise _error(
+            request.id,
+            f"inference request batch-size must be <= {model.config.max_batch_size} for '{name}'",
         )
-    if batch < 1:
-        raise InvalidArgument(f"inference request batch-size must be >= 1 for '{model.name}'")
+    if batch < 1:  # Triton passes this on to the backend; no backend can run it
+        raise _error(request.id, f"inference request batch-size must be >= 1 for '{name}'")
     return batch
 
 
-def _to_array(model: ModelVersion, spec: IOSpec, tensor: InputTensor, batch_size: int) -> Array:
-    name = model.name
+def _check_shape(model: ModelVersion, request_id: str, spec: IOSpec, tensor: InputTensor) -> None:
+    given = tensor.shape[1:] if model.batched else tensor.shape
+    match = len(given) == len(spec.dims)
+    if match:
+        for want, got in zip(spec.dims, given, strict=True):
+            if got < 0:
+                raise _error(
+                    request_id,
+                    f"All input dimensions should be specified for input "
+                    f"'{tensor.name}' for model '{model.name}', got {_fmt(tensor.shape)}",
+                )
+            if want != -1 and want != got:
+                match = False
+                break
+    if not match:
+        note = _BATCH_NOTE if model.batched else ""
+        raise _error(
+            request_id,
+            f"unexpected shape for input '{tensor.name}' for model '{model.name}'. "
+            f"Expected {_fmt(spec.full_shape(model.batched))}, got {_fmt(tensor.shape)}. {note}",
+        )
+
+
+def _to_array(
+    model: ModelVersion, request: InferRequest, tensor: InputTensor, batch_size: int
+) -> Array:
+    spec = model.inputs[tensor.name]
     if tensor.datatype != spec.datatype:
-        raise InvalidArgument(
-            f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
-            f"'{name}' expects '{spec.datatype}'"
+        given = tensor.datatype if tensor.datatype in datatypes.DATATYPES else "<invalid>"
+        raise _error(
+            request.id,
+            f"inference input '{tensor.name}' data-type is '{given}', but model "
+            f"'{model.name}' expects '{spec.datatype}'",
         )
-    expected = spec.full_shape(model.batched)
-    if len(expected) != len(tensor.shape) or any(
-        e != -1 and e != g for e, g in zip(expected, tensor.shape, strict=False)
-    ):
-        raise InvalidArgument(
-            f"unexpected shape for input '{tensor.name}' for model '{name}'. "
-            f"Expected {_fmt(expected)}, got {_fmt(tensor.shape)}"
-        )
-    if any(d < 0 for d in tensor.shape):
-        raise InvalidArgument(
-            f"input '{tensor.name}' for model '{name}' has a negative dimension: "
-            f"{_fmt(tensor.shape)}"
-        )
+    _check_shape(model, request.id, spec, tensor)
     if _SHM_PARAMETER in tensor.parameters:
         raise InvalidArgument(
             f"Unable to find shared memory region: '{tensor.parameters[_SHM_PARAMETER]}'"
         )
-    array = _decode(name, spec, tensor)
+    array = _decode(model.name, request.id, spec, tensor)
     if spec.reshape is not None:
         array = array.reshape(((batch_size,) if model.batched else ()) + spec.reshape)
     return array
 
 
-def _decode(model_name: str, spec: IOSpec, tensor: InputTensor) -> Array:
+def _bytes_fault(where: str, data: bytes, count: int) -> str:
+    """Triton's ValidateBytesInputs walk over one buffer, for the message it gives; a
+    last element longer than the data (which Triton lets through) gets one of ours."""
+    offset, checked, end = 0, 0, len(data)
+    while offset < end:
+        if end - offset < 4:
+            return (
+                f"incomplete string length indicator for {where}, expecting 4 bytes "
+                f"but only {end - offset} bytes available. Please make sure the string "
+                "length indicator is in one buffer."
+            )
+        length = int.from_bytes(data[offset : offset + 4], "little")
+        checked += 1
+        if checked > count:
+            return f"unexpected number of string elements {checked} for {where}, expecting {count}"
+        if offset + 4 + length > end:
+            if checked != count:
+                break
+            return (
+                f"incomplete string element {checked - 1} for {where}: "
+                f"{length} bytes announced, {end - offset - 4} present"
+            )
+        offset += 4 + length
+    return f"expected {count} string elements for {where}, got {checked}"
+
+
+def _decode(model_name: str, request_id: str, spec: IOSpec, tensor: InputTensor) -> Array:
     dtype = datatypes.DATATYPES[spec.datatype]
     count = datatypes.element_count(tensor.shape)
-    if tensor.raw is not None and tensor.contents is not None:
-        raise InvalidArgument(
-            f"contents field must not be specified when using raw_input_contents for "
-            f"'{tensor.name}' for model '{model_name}'"
-        )
+    where = f"inference input '{tensor.name}' for model '{model_name}'"
     if tensor.raw is not None:
         if dtype.name == "BYTES":
             try:
                 flat = datatypes.deserialize_bytes_tensor(tensor.raw, count)
-            except ValueError as exc:
-                raise InvalidArgument(
-                    f"unexpected BYTES data for input '{tensor.name}' for model "
-                    f"'{model_name}': {exc}"
-                ) from None
+            except ValueError:
+                raise _error(request_id, _bytes_fault(where, bytes(tensor.raw), count)) from None
             return flat.reshape(tensor.shape)
         expected_bytes = count * dtype.itemsize
         if len(tensor.raw) != expected_bytes:
-            raise InvalidArgument(
-                f"input byte size mismatch for input '{tensor.name}' for model '{model_name}'. "
-                f"Expected {expected_bytes}, got {len(tensor.raw)}"
+            raise _error(
+                request_id,
+                f"input byte size mismatch for input '{tensor.name}' for model "
+                f"'{model_name}'. Expected {expected_bytes}, got {len(tensor.raw)}",
             )
         return np.frombuffer(tensor.raw, dtype=dtype.numpy).reshape(tensor.shape)
     if tensor.contents is not None:
         got = len(tensor.contents)
         if got != count:
             if dtype.name == "BYTES":
-                raise InvalidArgument(
-                    f"expected {count} string elements for inference input '{tensor.name}' "
-                    f"for model '{model_name}', got {got}"
+                raise _error(
+                    request_id,
+                    f"unexpected number of string elements {count + 1} for {where}, "
+                    f"expecting {count}"
+                    if got > count
+                    else f"expected {count} string elements for {where}, got {got}",
                 )
-            raise InvalidArgument(
-                f"input byte size mismatch for input '{tensor.name}' for model '{model_name}'. "
-                f"Expected {count * dtype.itemsize}, got {got * dtype.itemsize}"
+            raise _error(
+                request_id,
+                f"input byte size mismatch for input '{tensor.name}' for model "
+                f"'{model_name}'. Expected {count * dtype.itemsize}, got {got * dtype.itemsize}",
             )
         return tensor.contents.reshape(tensor.shape)
-    raise InvalidArgument(f"input '{tensor.name}' for model '{model_name}' has no data")
+    raise InvalidArgument(
+        f"unable to find data for input tensor '{tensor.name}' for model '{model_name}' in request."
+    )
 
 
 def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:

@@ -78,43 +78,87 @@ def _flat_contents(values: Any, dtype: np.dtype[Any], where: str) -> np.ndarray[
     return np.asarray(values, dtype=dtype)
 
 
-def _decode_contents(request: pb.ModelInferRequest, tensor: Any) -> np.ndarray[Any, Any] | None:
-    fields = tensor.contents.ListFields()
-    if not fields:
-        return None
-    dtype = datatypes.lookup(tensor.datatype)
-    names = [f.name for f, _ in fields]
-    if dtype is None or dtype.contents_field is None or names != [dtype.contents_field]:
-        expected = dtype.contents_field if dtype is not None else None
-        raise InvalidArgument(
-            f"input '{tensor.name}' for model '{request.model_name}' with datatype "
-            f"'{tensor.datatype}' carries {', '.join(names)}; "
-            + (
-                f"expected {expected} or raw_input_contents"
-                if expected
-                else "this datatype can only be sent in raw_input_contents"
+# Each InferTensorContents field: the Triton datatype it carries, by declared datatype
+# (int_contents / uint_contents carry the narrow types as well), in the order Triton's
+# gRPC frontend reads them.
+_FIELD_TYPES: dict[str, dict[str, str]] = {
+    "bool_contents": {},
+    "int_contents": {"INT8": "INT8", "INT16": "INT16"},
+    "int64_contents": {},
+    "uint_contents": {"UINT8": "UINT8", "UINT16": "UINT16"},
+    "uint64_contents": {},
+    "fp32_contents": {},
+    "fp64_contents": {},
+    "bytes_contents": {},
+}
+_FIELD_DEFAULT = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+
+
+def _decode_contents(request: pb.ModelInferRequest, tensor: Any) -> np.ndarray[Any, Any]:
+    """Typed contents as Triton's gRPC frontend takes them: each non-empty field must be
+    the declared datatype's field, and only one field may carry data."""
+    where = f"input tensor '{tensor.name}' for model '{request.model_name}'"
+    declared = datatypes.lookup(tensor.datatype)
+    declared_name = declared.name if declared is not None else "<invalid>"
+    chosen: Any = None
+    for field, values in tensor.contents.ListFields():
+        carried = _FIELD_TYPES[field.name].get(tensor.datatype, _FIELD_DEFAULT[field.name])
+        if chosen is not None:
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for {where}, binary data was already supplied."
             )
-        )
-    where = f"input '{tensor.name}' for model '{request.model_name}'"
-    return _flat_contents(fields[0][1], dtype.numpy, where)
+        if carried != declared_name:
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for {where} of type '{carried}', expected "
+                f"datatype '{declared_name}'"
+            )
+        chosen = values
+    if declared is None or chosen is None:  # no elements: an empty tensor
+        return np.empty(0, dtype=declared.numpy if declared is not None else np.uint8)
+    return _flat_contents(
+        chosen, declared.numpy, f"input '{tensor.name}' for model '{request.model_name}'"
+    )
 
 
 def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
+    """The gRPC frontend's own checks come first, in input order, as in Triton: typed
+    contents beside raw_input_contents, contents of the wrong type, an input without data.
+    Raw contents pair with the inputs in order; extra ones are ignored, as Triton does."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise InvalidArgument(
-            f"expected {len(request.inputs)} raw_input_contents (one per input) for model "
-            f"'{request.model_name}', got {len(raw)}"
-        )
     inputs = []
     for index, tensor in enumerate(request.inputs):
+        contents = None
+        data = None
+        if tensor.HasField("contents"):
+            if raw:
+                raise InvalidArgument(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{request.model_name}'"
+                )
+            contents = _decode_contents(request, tensor)
+        elif index < len(raw):
+            data = raw[index]
+        elif "shared_memory_region" not in tensor.parameters:
+            raise InvalidArgument(
+                f"unable to find data for input tensor '{tensor.name}' for model "
+                f"'{request.model_name}' in request."
+            )
         inputs.append(
             InputTensor(
                 name=tensor.name,
                 datatype=tensor.datatype,
                 shape=tuple(tensor.shape),
-                raw=raw[index] if raw else None,
-                contents=_decode_contents(request, tensor),
+                raw=data,
+                contents=contents,
                 parameters=decode_parameters(tensor.parameters) if tensor.parameters else {},
             )
         )

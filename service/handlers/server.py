@@ -3,49 +3,75 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from trtis import grpc_service_pb2 as v1
+from trtis import grpc_service_pb2_grpc as v1_grpc
 
+from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
 from ..telemetry.tracing import Tracing
 from .access import restrict
 from .listener import close_listeners
+from .reflection import enable_reflection
 from .servicer import InferenceServicer
+from .v1_servicer import V1_SERVER_ID, V1Servicer
 
 __all__ = ["GrpcFrontend"]
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+#: The legacy TensorRT Inference Server v1 service (not reflection's v1).
+LEGACY_SERVICE_NAME = v1.DESCRIPTOR.services_by_name["GRPCService"].full_name
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
 class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
-    """Service "" answers whether the process serves (liveness); the inference service's
-    name answers ServerReady (readiness, with --strict-readiness), computed per Check."""
+    """Check answers readiness (ServerReady, with --strict-readiness) for every service
+    name, "" included, computed per call: Triton's health handler asks ServerIsReady and
+    never looks at the name. Watch (which Triton leaves unimplemented) streams the status
+    ``set_serving`` sets for "" and the inference service."""
 
     def __init__(self, core: InferenceServer) -> None:
         super().__init__()
         self._core = core
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if request.service == SERVICE_NAME:
-            ready = self._core.is_ready()
-            status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
-            return health_pb2.HealthCheckResponse(status=status)
-        return await super().Check(request, context)
+        ready = self._core.is_ready()
+        status = health_pb2.HealthCheckResponse.SERVING if ready else _NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
 
 
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails with "address in use" (other failures are left
+    to grpc to report)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def _credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -85,21 +111,34 @@ class GrpcFrontend:
             tracing=tracing,
             header_forward=config.header_forward,
         )
+        # v1 reports --id when it is given, else the 1.11 server's default "inference:0".
+        v1_id = config.server_id if config.server_id != SERVER_ID else V1_SERVER_ID
+        self._v1 = V1Servicer(
+            core, config.grpc_max_message_bytes, v1_id, header_forward=config.header_forward
+        )
         self._health = _Health(core)
         self._stopping: asyncio.Future[None] | None = None
         self._port = 0
         if config.restricted:
-            guarded = restrict(self._servicer, self._health, config.restricted)
+            guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
+        v1_grpc.add_GRPCServiceServicer_to_server(self._v1, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
-        )
+        enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
-        """Bind and start; returns the bound port (useful with --grpc-port 0)."""
+        """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
+        use raises OSError with Triton's one-line message (checked before grpc binds, so
+        that grpc's own log lines do not repeat it)."""
         address = f"{self._config.grpc_address}:{self._config.grpc_port}"
+        config = self._config
+        if (
+            config.grpc_port
+            and not config.grpc_reuse_port
+            and _in_use(config.grpc_address, config.grpc_port)
+        ):
+            raise OSError(f"failed to start GRPC service: Socket '{address}' already in use")
         try:
             if self._credentials is not None:
                 port = self._server.add_secure_port(address, self._credentials)
@@ -116,11 +155,14 @@ class GrpcFrontend:
     async def set_serving(self, serving: bool) -> None:
         """What Watch reports; Check on the inference service's name asks the core."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
+        if not serving:
+            self._v1.set_exiting()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
 
     def close_streams(self) -> None:
         self._servicer.close_streams()
+        self._v1.close_streams()
 
     async def close_listener(self) -> bool:
         """Refuse new connections from now on; open ones are served as before. False

@@ -48,14 +48,6 @@ def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
 
 
-def _decode(request: pb.ModelInferRequest) -> InferRequest:
-    """Decoding faults carry the request id prefix too, as every other request error."""
-    try:
-        return decode_infer_request(request)
-    except ServerError as exc:
-        raise exc.with_request_id(request.id) from None
-
-
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
@@ -214,7 +206,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         try:
             record = None if trace is None else trace.record
-            decoded = _decode(request)
+            decoded = decode_infer_request(request)
             if self._header_forward is not None:  # the stream's metadata, for every request
                 metadata = context.invocation_metadata() or ()
                 forward_headers(self._header_forward, metadata, decoded)

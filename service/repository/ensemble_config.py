@@ -62,6 +62,7 @@ def validate_ensemble(config: mc.ModelConfig, lookup: ConfigLookup) -> dict[str,
         for t in config.input
     }
     consumers: list[tuple[str, TensorInfo]] = []
+    decoupled: set[int] = set()
     for index, step in enumerate(steps):
         label = f"step {index} ('{step.model_name}')"
         if step.model_name == config.name:
@@ -72,6 +73,8 @@ def validate_ensemble(config: mc.ModelConfig, lookup: ConfigLookup) -> dict[str,
                 f"{label}: model '{step.model_name}' (version {step.model_version}) is not "
                 "available"
             )
+        if composing.model_transaction_policy.decoupled:
+            decoupled.add(index)
         if config.max_batch_size > composing.max_batch_size:
             raise ConfigError(
                 f"{label}: the ensemble's max_batch_size {config.max_batch_size} exceeds the "
@@ -106,15 +109,44 @@ def validate_ensemble(config: mc.ModelConfig, lookup: ConfigLookup) -> dict[str,
             raise ConfigError(f"ensemble output '{output.name}' is not produced by any step")
         declared = TensorInfo(_datatype(output), tuple(output.dims), "the ensemble's outputs")
         _check(output.name, produced[output.name], declared)
-    _check_acyclic(config)
+    order = _check_acyclic(config)
+    if _decoupled_flow(config, order, decoupled):
+        config.model_transaction_policy.decoupled = True
     return {name: info.datatype for name, info in produced.items()}
 
 
-def _check_acyclic(config: mc.ModelConfig) -> None:
-    """Steps must form a DAG over ensemble tensors (a step cannot wait on itself)."""
+def _decoupled_flow(config: mc.ModelConfig, order: list[int], decoupled: set[int]) -> bool:
+    """Whether any step is decoupled (then so is the ensemble, as Triton marks it: its
+    requests may get 0..N responses); a step may not join the outputs of two different
+    decoupled steps, whose response counts need not match."""
+    steps = config.ensemble_scheduling.step
+    label = {t.name: 0 for t in config.input}
+    labels = 0
+    for index in order:
+        step = steps[index]
+        sources = {label[t] for t in step.input_map.values()}
+        if len(sources) > 1:
+            raise ConfigError(
+                f"in ensemble {config.name}, step of model '{step.model_name}' receives "
+                "inputs originated from different decoupled models"
+            )
+        if index in decoupled:
+            labels += 1
+            own = labels
+        else:
+            own = sources.pop() if sources else 0
+        for tensor in step.output_map.values():
+            label[tensor] = own
+    return labels != 0
+
+
+def _check_acyclic(config: mc.ModelConfig) -> list[int]:
+    """Steps must form a DAG over ensemble tensors (a step cannot wait on itself); returns
+    the steps in an order that runs each after the steps it depends on."""
     steps = list(config.ensemble_scheduling.step)
     available = {t.name for t in config.input}
     remaining = list(range(len(steps)))
+    order: list[int] = []
     while remaining:
         runnable = [i for i in remaining if set(steps[i].input_map.values()) <= available]
         if not runnable:
@@ -123,3 +155,5 @@ def _check_acyclic(config: mc.ModelConfig) -> None:
         for i in runnable:
             available.update(steps[i].output_map.values())
             remaining.remove(i)
+            order.append(i)
+    return order

@@ -89,7 +89,10 @@ class DynamicBatchScheduler:
             self._complete(job, None)
         for job in self._queues.expire(now):
             self._complete(
-                job, functools.partial(self._fail, job, Unavailable("Request timeout expired"))
+                job,
+                functools.partial(
+                    self._fail, job, Unavailable("Request timeout expired", failure="REJECTED")
+                ),
             )
         if self._delay_count:
             if len(self._queues) < self._delay_count:

@@ -1,8 +1,17 @@
 """The ensemble scheduler: runs the step DAG, each step as a request to its own model.
 
-A step starts as soon as all its input tensors exist, so independent steps run
-concurrently; each composing model keeps its own scheduler (and batching). Steps go
-through a ``StepRunner``, the core's transport-neutral infer, so composing models are
+Triton's data flow (core ``ensemble_scheduler.cc``): every ensemble tensor holds numbered
+*iterations*; each response of a step adds the next iteration of each of its output
+tensors, and a step runs once for every iteration number that all its input tensors have.
+A step whose model is decoupled may answer 0..N times, so everything downstream of it
+runs 0..N times, and the ensemble (decoupled too, see ``ensemble_config``) streams one
+response per iteration of its requested outputs. The last response carries the final
+flag, or a flags-only final follows when the last step ends without output. Steps whose
+outputs nobody asked for are pruned, as Triton prunes them.
+
+A step starts as soon as its inputs exist, so independent steps run concurrently; each
+composing model keeps its own scheduler (and batching). Steps go through a
+``StepRunner``, the core's transport-neutral stream infer, so composing models are
 validated, scheduled and counted exactly as if a client had called them.
 """
 
@@ -10,16 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ..errors import ServerError, Unavailable
+from ..errors import InvalidArgument, ServerError, Unavailable, request_prefix
 from ..statistics import BatchTimings, ModelStats
-from ..types import InferRequest, InferResponse, InputTensor, ParameterValue, RequestedOutput
+from ..types import (
+    FINAL_FLAG,
+    ExecutionRecord,
+    InferRequest,
+    InferResponse,
+    InputTensor,
+    ParameterValue,
+    RequestedOutput,
+)
 from .base import Array, ExecutionResult, Job
 from .inflight import InFlight
 
@@ -27,7 +45,180 @@ __all__ = ["EnsembleScheduler", "StepRunner"]
 
 
 class StepRunner(Protocol):
-    async def infer(self, request: InferRequest) -> InferResponse: ...
+    def stream_infer(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
+        """Every response of one step request: one, or 0..N from a decoupled model;
+        ``record`` receives the execution's timings (traced steps)."""
+        ...
+
+
+Outputs = dict[str, Array]
+
+
+@dataclass(slots=True)
+class _Iteration:
+    data: Array | None  # None: a step did not produce it (an optional downstream input)
+    uses: int  # consumers still to read it (pruned when it reaches 0)
+
+
+@dataclass(slots=True)
+class _Tensor:
+    consumers: int
+    iterations: dict[int, _Iteration] = field(default_factory=dict)
+    next: int = 0
+
+    def add(self, data: Array | None) -> int:
+        self.iterations[self.next] = _Iteration(data, self.consumers)
+        self.next += 1
+        return self.next - 1
+
+
+# What a running step instance reports: (step, response, whether the step is done), or
+# (step, None, True) when it ended after its last response, or (step, error, True).
+_Event = tuple[int, InferResponse | ServerError | None, bool]
+
+
+class _Run:
+    """One ensemble request: the tensors' iterations and the step instances in flight."""
+
+    def __init__(self, scheduler: EnsembleScheduler, job: Job) -> None:
+        self.s = scheduler
+        self.job = job
+        self.wanted = set(job.outputs)
+        self.steps = scheduler.needed_steps(self.wanted)
+        self.tensors: dict[str, _Tensor] = {}
+        for index in self.steps:
+            for tensor in scheduler.steps[index].input_map.values():
+                self.tensors.setdefault(tensor, _Tensor(0)).consumers += 1
+        for name in self.wanted:  # the ensemble itself reads its outputs once
+            self.tensors.setdefault(name, _Tensor(0)).consumers += 1
+        self.events: asyncio.Queue[_Event] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.running = 0  # step instances that have not sent their final response
+        self.sent = 0
+        self.done = False  # the final response (or flags-only final) is out
+        self.result: Outputs | None = None
+
+    async def execute(self) -> Outputs | None:
+        """Run to the end: stream to ``job.sink`` (decoupled) or return the one result."""
+        updated = [
+            (name, self.tensors[name].add(self.job.inputs.get(name)))
+            for name in self.s.input_names
+            if name in self.tensors
+        ]
+        try:
+            self._advance(updated)
+            while self.running:
+                index, item, step_done = await self.events.get()
+                if isinstance(item, ServerError):
+                    raise item
+                if step_done:
+                    self.running -= 1
+                updated = []
+                if item is not None:
+                    produced = {out.name: out.array for out in item.outputs}
+                    for model_output, tensor in self.s.steps[index].output_map.items():
+                        if tensor in self.tensors:
+                            data = produced.get(model_output)
+                            updated.append((tensor, self.tensors[tensor].add(data)))
+                self._advance(updated)
+        except BaseException:
+            for task in self.tasks:
+                task.cancel()
+            raise
+        if self.tasks:  # each has sent its final response: let their streams close
+            await asyncio.wait(self.tasks)
+        return self.result
+
+    def _advance(self, updated: list[tuple[str, int]]) -> None:
+        """Triton's PrepareSteps: start the steps these new iterations complete, then send
+        a response if one is ready (final when no step is left), or finish."""
+        ready: set[tuple[int, int]] = set()
+        for tensor, iteration in updated:
+            for index in self.s.consumers.get(tensor, ()):
+                if index in self.steps and all(
+                    iteration in self.tensors[t].iterations
+                    for t in self.s.steps[index].input_map.values()
+                ):
+                    ready.add((index, iteration))
+        for index, iteration in sorted(ready):
+            self._start(index, iteration)
+        outputs = self._ensemble_outputs(updated)
+        final = self.running == 0
+        if outputs is not None:
+            self.sent += 1
+            self.done = final
+            if self.job.sink is not None:
+                self.job.sink.send(outputs, final=final)
+            else:
+                self.result = outputs
+        elif final and not self.done:
+            self._finish_without_response()
+
+    def _finish_without_response(self) -> None:
+        """No step left and no response now: a decoupled ensemble ends with a flags-only
+        final; one that never answered cannot make progress (Triton's "deadlock")."""
+        self.done = True
+        if self.s.decoupled and self.job.sink is not None:
+            self.job.sink.send(final=True)
+        elif self.sent == 0:
+            raise InvalidArgument(
+                f"{request_prefix(self.job.request_id)}unexpected deadlock, at least one "
+                "output is not set while no more ensemble steps can be made"
+            )
+
+    def _take(self, tensor: str, iteration: int) -> Array | None:
+        entry = self.tensors[tensor]
+        item = entry.iterations[iteration]
+        item.uses -= 1
+        if item.uses <= 0:
+            del entry.iterations[iteration]
+        return item.data
+
+    def _start(self, index: int, iteration: int) -> None:
+        step = self.s.steps[index]
+        inputs = [
+            (model_input, self._take(tensor, iteration), tensor)
+            for model_input, tensor in step.input_map.items()
+        ]
+        request = self.s.step_request(step, inputs, self.job)
+        self.running += 1
+        task = asyncio.create_task(self._pump(index, request))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _pump(self, index: int, request: InferRequest) -> None:
+        """Forward one step instance's responses; a response without the final flag
+        parameter is the one response of a model that is not decoupled."""
+        final = False
+        try:
+            async for response in self.s.runner.stream_infer(request):
+                final = response.parameters.get(FINAL_FLAG, True) is True
+                # A flags-only final (empty) carries no tensors: it only ends the step.
+                self.events.put_nowait((index, response if response.outputs else None, final))
+        except ServerError as exc:
+            self.events.put_nowait((index, exc, True))
+            return
+        if not final:
+            self.events.put_nowait((index, None, True))
+
+    def _ensemble_outputs(self, updated: list[tuple[str, int]]) -> Outputs | None:
+        """Triton's CheckAndSetEnsembleOutput: the last (in name order) updated requested
+        output decides the iteration; every requested output must have it."""
+        chosen = None
+        for tensor, iteration in sorted(updated):
+            if tensor in self.wanted:
+                ready = all(iteration in self.tensors[t].iterations for t in self.wanted)
+                chosen = iteration if ready else None
+        if chosen is None:
+            return None
+        outputs = {}
+        for name in self.job.outputs:
+            data = self._take(name, chosen)
+            if data is not None:
+                outputs[name] = data
+        return outputs
 
 
 class EnsembleScheduler:
@@ -40,58 +231,61 @@ class EnsembleScheduler:
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self._config = config
-        self._runner = runner
+        self.runner = runner
         self._stats = stats
         self._datatypes = datatypes  # every ensemble tensor's datatype (validated at load)
         self._clock = clock
         self._inflight = InFlight()
         self._stopping = False
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.steps = list(config.ensemble_scheduling.step)
+        self.input_names = [t.name for t in config.input]
+        self.consumers: dict[str, list[int]] = {}
+        self.producer: dict[str, int] = {}
+        for index, step in enumerate(self.steps):
+            for tensor in step.input_map.values():
+                self.consumers.setdefault(tensor, []).append(index)
+            for tensor in step.output_map.values():
+                self.producer[tensor] = index
 
     @property
     def inflight(self) -> int:
         return self._inflight.count
+
+    def needed_steps(self, outputs: set[str]) -> set[int]:
+        """The steps some requested output depends on (Triton prunes the others)."""
+        needed: set[int] = set()
+        pending = list(outputs)
+        while pending:
+            index = self.producer.get(pending.pop())
+            if index is not None and index not in needed:
+                needed.add(index)
+                pending.extend(self.steps[index].input_map.values())
+        return needed
 
     async def submit(self, job: Job) -> ExecutionResult:
         if self._stopping:
             raise Unavailable(f"model '{self._config.name}' is unloading")
         start = self._clock()
         with self._inflight:
-            tensors = await self._run_steps(job)
+            try:
+                outputs = await _Run(self, job).execute()
+            except ServerError as exc:
+                # Triton counts every failure of an ensemble request under OTHER.
+                message = f"in ensemble '{self._config.name}', {exc.message}"
+                raise type(exc)(message, failure="OTHER") from None
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)
-        return ExecutionResult({name: tensors[name] for name in job.outputs}, 0, timings)
+        return ExecutionResult(outputs or {}, 0, timings)
 
-    async def _run_steps(self, job: Job) -> dict[str, Array]:
-        tensors: dict[str, Array] = dict(job.inputs)
-        pending = list(self._config.ensemble_scheduling.step)
-        parameters = self._step_parameters(job)
-        running: dict[asyncio.Task[dict[str, Array]], mc.ModelEnsembling.Step] = {}
-        try:
-            while pending or running:
-                for step in [s for s in pending if set(s.input_map.values()) <= tensors.keys()]:
-                    pending.remove(step)
-                    task = asyncio.create_task(self._run_step(step, tensors, parameters, job))
-                    running[task] = step
-                if not running:  # validated at load; guards against a silent hang
-                    raise Unavailable(f"ensemble '{self._config.name}' has steps that cannot run")
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    running.pop(task)
-                    tensors.update(task.result())
-        finally:
-            for task in running:
-                task.cancel()
-        return tensors
-
-    async def _run_step(
+    def step_request(
         self,
         step: mc.ModelEnsembling.Step,
-        tensors: dict[str, Array],
-        parameters: dict[str, ParameterValue],
+        inputs: list[tuple[str, Array | None, str]],
         job: Job,
-    ) -> dict[str, Array]:
-        request = InferRequest(
+    ) -> InferRequest:
+        return InferRequest(
             model_name=step.model_name,
             model_version="" if step.model_version < 0 else str(step.model_version),
             id=job.request_id,
@@ -99,21 +293,15 @@ class EnsembleScheduler:
                 InputTensor(
                     name=model_input,
                     datatype=self._datatypes[tensor],
-                    shape=tuple(int(d) for d in tensors[tensor].shape),
-                    contents=np.ascontiguousarray(tensors[tensor]).reshape(-1),
+                    shape=tuple(int(d) for d in data.shape),
+                    contents=np.ascontiguousarray(data).reshape(-1),
                 )
-                for model_input, tensor in step.input_map.items()
+                for model_input, data, tensor in inputs
+                if data is not None
             ],
             outputs=[RequestedOutput(name) for name in step.output_map],
-            parameters=dict(parameters),
+            parameters=self._step_parameters(job),
         )
-        try:
-            response = await self._runner.infer(request)
-        except ServerError as exc:
-            message = exc.message.removeprefix(f"[request id: {job.request_id}] ")
-            raise type(exc)(f"in ensemble '{self._config.name}', {message}") from None
-        produced = {out.name: out.array for out in response.outputs}
-        return {tensor: produced[name] for name, tensor in step.output_map.items()}
 
     @staticmethod
     def _step_parameters(job: Job) -> dict[str, ParameterValue]:

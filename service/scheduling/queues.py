@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
-from ..errors import ResourceExhausted
+from ..errors import ResourceExhausted, request_prefix
 from .base import Job
 
 __all__ = ["PriorityQueues", "QueuePolicy"]
@@ -82,7 +82,7 @@ class PriorityQueues:
         policy = self._policies[level]
         queue = self._queues[level]
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
-            raise ResourceExhausted("Exceeds maximum queue size")
+            raise ResourceExhausted(f"{request_prefix(job.request_id)}Exceeds maximum queue size")
         timeout = policy.timeout_us(job)
         job.deadline_ns = now_ns + timeout * 1000 if timeout > 0 else None
         queue.append(job)

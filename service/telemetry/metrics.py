@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..statistics import ModelStats
+from ..statistics import FAILURE_REASONS, ModelStats
 from .metrics_config import LatencyMetrics
 from .metrics_latency import LatencyObserver
 
@@ -51,6 +51,11 @@ class _Family:
     value: Callable[[ScrapedModel], int]
 
 
+# Triton 2.51: one series per reason (model, reason, version: labels in name order).
+_FAILURE = "nv_inference_request_failure"
+_FAILURE_HELP = "Number of failed inference requests, all batch sizes"
+
+
 def _us(ns: int) -> int:
     return ns // 1000
 
@@ -61,12 +66,6 @@ _INFERENCE = (
         "counter",
         "Number of successful inference requests, all batch sizes",
         lambda m: m.stats.success.count,
-    ),
-    _Family(
-        "nv_inference_request_failure",
-        "counter",
-        "Number of failed inference requests, all batch sizes",
-        lambda m: m.stats.fail.count,
     ),
     _Family(
         "nv_inference_request_cancelled",
@@ -223,6 +222,17 @@ def _decimal(ns: int, per_unit: int) -> str:
     return f"{sign}{whole}.{rest:0{digits}d}".rstrip("0")
 
 
+def _render_failures(lines: list[str], models: list[tuple[ScrapedModel, str]]) -> None:
+    """Every reason for every model, zeros included (Triton creates all four at load)."""
+    lines.append(f"# HELP {_FAILURE} {_FAILURE_HELP}")
+    lines.append(f"# TYPE {_FAILURE} counter")
+    for model, _ in models:
+        name, version = _label(model.name), model.version
+        for reason in FAILURE_REASONS:
+            labels = f'model="{name}",reason="{reason}",version="{version}"'
+            lines.append(f"{_FAILURE}{{{labels}}} {model.stats.failures[reason]}")
+
+
 def _decoupled(model: ScrapedModel) -> bool:
     """Whether the model's config is decoupled (read only when histograms are on; a
     scraped model without a config counts as not decoupled)."""
@@ -262,6 +272,8 @@ class MetricsRenderer:
             lines.append(f"# HELP {family.name} {family.help}")
             lines.append(f"# TYPE {family.name} {family.type}")
             lines.extend(f"{family.name}{{{labels}}} {family.value(m)}" for m, labels in models)
+            if family.name == "nv_inference_request_success":
+                _render_failures(lines, models)
         if self._latency.histograms:
             self._render_histograms(lines, [(m, lb) for m, lb in models if _decoupled(m)])
         if self._latency.summaries:

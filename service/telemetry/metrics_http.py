@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Callable
 
@@ -31,10 +32,18 @@ class MetricsEndpoint:
         self._open: set[asyncio.StreamWriter] = set()
 
     async def start(self, address: str, port: int) -> int:
-        """Bind and serve; returns the bound port (useful with port 0)."""
-        self._server = await asyncio.start_server(
-            self._handle, address, port, reuse_address=True, limit=16 * 1024
-        )
+        """Bind and serve; returns the bound port (useful with port 0). A port in use
+        raises OSError with Triton's one-line message."""
+        try:
+            self._server = await asyncio.start_server(
+                self._handle, address, port, reuse_address=True, limit=16 * 1024
+            )
+        except OSError as exc:
+            raise OSError(
+                f"failed to start Metrics service: Socket '{address}:{port}' already in use"
+                if exc.errno == errno.EADDRINUSE
+                else f"failed to start Metrics service at {address}:{port}: {exc.strerror or exc}"
+            ) from None
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:

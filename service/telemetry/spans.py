@@ -14,7 +14,7 @@ request span, which ends after the final response and once ``execute`` has retur
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -24,11 +24,10 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..core.decoupled import FINAL_FLAG
 from ..errors import ServerError
 from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
-from ..types import ExecutionRecord, InferRequest, InferResponse
+from ..types import FINAL_FLAG, ExecutionRecord, InferRequest, InferResponse
 from .tracing import Tracing
 
 __all__ = ["RequestTrace", "TracingStepRunner", "begin_request"]
@@ -144,13 +143,17 @@ class TracingStepRunner:
         self._runner = runner
         self._tracing = tracing
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def stream_infer(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
         tracer = self._tracing.tracer
         if tracer is None or not trace.get_current_span().is_recording():
-            return await self._runner.infer(request)
+            async for response in self._runner.stream_infer(request, record):
+                yield response
+            return
         attributes = _attributes("ensemble_step", request.model_name, request.model_version, "")
         attributes["triton.request_id"] = request.id
         with RequestTrace(tracer, "ensemble_step", attributes, kind=SpanKind.INTERNAL) as step:
-            response = await self._runner.infer(request)
-            step.executed(response.timings)
-            return response
+            async for response in self._runner.stream_infer(request, step.record):
+                step.sent(response)
+                yield response

@@ -503,9 +503,10 @@ def test_load_with_files(explicit: GatewayProcess) -> None:
 
 
 def test_load_unknown_model(explicit: GatewayProcess) -> None:
+    """Triton's answer: INTERNAL from its core, which its HTTP frontend sends as 500."""
     reply = post(explicit, "/v2/repository/models/missing/load")
-    assert reply.status in (400, 404), reply
-    assert "missing" in reply.error
+    assert reply.status == 500, reply
+    assert reply.error == "failed to load 'missing', failed to poll from model repository"
 
 
 # --------------------------------------------------------------------------- shm, trace, logging

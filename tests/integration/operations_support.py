@@ -39,7 +39,7 @@ ADD_SUB_IO = (
 )
 SLOW_WIDTH, SLOW_LAYERS = 256, 4
 _METRICS_LINE = re.compile(r"Started Metrics Service at [^\s:]+:(\d+)")
-_SAMPLE = re.compile(r'^(\w+)\{model="([^"]*)",version="([^"]*)"\} (\S+)$')
+_SAMPLE = re.compile(r'^(\w+)\{model="([^"]*)",(?:reason="([^"]*)",)?version="([^"]*)"\} (\S+)$')
 # Per-GPU samples (only where NVML sees a GPU): labelled by device, not by model; CPU
 # samples (Linux): no labels at all.
 _HOST_SAMPLE = re.compile(
@@ -128,7 +128,10 @@ def http_get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]
 
 
 def scrape(port: int) -> dict[tuple[str, str, str], float]:
-    """``/metrics`` as {(metric, model, version): value}; checks HELP/TYPE precede samples."""
+    """``/metrics`` as {(metric, model, version): value}; checks HELP/TYPE precede samples.
+
+    A family with a ``reason`` label (the failure counter) appears per reason as
+    ``(f"{metric}:{reason}", model, version)`` and summed under its own name."""
     status, headers, body = http_get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200, body
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4"), headers
@@ -142,7 +145,12 @@ def scrape(port: int) -> dict[tuple[str, str, str], float]:
                 continue
             match = _SAMPLE.match(line)
             assert match, f"unexpected sample line {line!r}"
-            name, model, version, value = match.groups()
+            name, model, reason, version, value = match.groups()
             assert name in typed, f"{name} has no TYPE line before its samples"
-            samples[(name, model, version)] = float(value)
+            if reason is not None:
+                samples[(f"{name}:{reason}", model, version)] = float(value)
+                total = samples.get((name, model, version), 0.0)
+                samples[(name, model, version)] = total + float(value)
+            else:
+                samples[(name, model, version)] = float(value)
     return samples

@@ -35,6 +35,14 @@ from tritonclient.grpc import service_pb2
 
 ONES = np.ones((1, 3), dtype=np.float32)
 INVALID = "INVALID_ARGUMENT"
+# Triton's LogRequest() prefix of a request without an id.
+UNKNOWN_ID = "[request id: <id_unknown>] "
+BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +103,7 @@ def test_batch_too_large(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", add_sub_inputs(nine, nine)),
         INVALID,
-        "inference request batch-size must be <= 8 for 'add_sub'",
+        f"{UNKNOWN_ID}inference request batch-size must be <= 8 for 'add_sub'",
     )
     eight = np.arange(24, dtype=np.float32).reshape(8, 3)  # the limit itself is fine
     result = client.infer("add_sub", add_sub_inputs(eight, eight))
@@ -107,7 +115,7 @@ def test_batch_size_zero(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", add_sub_inputs(empty, empty)),
         INVALID,
-        "inference request batch-size must be >= 1 for 'add_sub'",
+        f"{UNKNOWN_ID}inference request batch-size must be >= 1 for 'add_sub'",
     )
 
 
@@ -116,7 +124,8 @@ def test_wrong_datatype(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", add_sub_inputs(ints, ints, "INT32")),
         INVALID,
-        "inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'",
+        f"{UNKNOWN_ID}inference input 'INPUT1' data-type is 'INT32', but model 'add_sub' "
+        "expects 'FP32'",
     )
 
 
@@ -130,8 +139,8 @@ def test_wrong_shape(
     expect_error(
         lambda: client.infer("iris_classifier", [infer_input("input", x, "FP32")]),
         INVALID,
-        f"unexpected shape for input 'input' for model 'iris_classifier'. "
-        f"Expected [-1,4], got {shown}",
+        f"{UNKNOWN_ID}unexpected shape for input 'input' for model 'iris_classifier'. "
+        f"Expected [-1,4], got {shown}. {BATCH_NOTE}",
     )
 
 
@@ -141,7 +150,7 @@ def test_mismatched_batch_sizes(client: grpcclient.InferenceServerClient) -> Non
             "add_sub", add_sub_inputs(np.ones((2, 3), np.float32), np.ones((1, 3), np.float32))
         ),
         INVALID,
-        "input 'INPUT1' batch size 1 does not match other inputs' batch size 2 for model 'add_sub'",
+        f"{UNKNOWN_ID}input 'INPUT0' batch size does not match other inputs for 'add_sub'",
     )
 
 
@@ -150,8 +159,7 @@ def test_no_batch_dimension(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", add_sub_inputs(scalar, scalar)),
         INVALID,
-        "input 'INPUT0' for model 'add_sub' has no batch dimension, but the model has "
-        "max_batch_size 8",
+        f"{UNKNOWN_ID}input 'INPUT1' has no shape but model requires batch dimension for 'add_sub'",
     )
 
 
@@ -159,7 +167,7 @@ def test_no_batch_dimension(client: grpcclient.InferenceServerClient) -> None:
 
 
 def test_unexpected_input(client: grpcclient.InferenceServerClient) -> None:
-    inputs = [*add_sub_inputs(ONES, ONES), infer_input("EXTRA", ONES, "FP32")]
+    inputs = [infer_input("INPUT0", ONES, "FP32"), infer_input("EXTRA", ONES, "FP32")]
     expect_error(
         lambda: client.infer("add_sub", inputs),
         INVALID,
@@ -167,12 +175,26 @@ def test_unexpected_input(client: grpcclient.InferenceServerClient) -> None:
     )
 
 
+def test_too_many_inputs(client: grpcclient.InferenceServerClient) -> None:
+    """Triton's count check comes first; its "missing" list reads "]" when none is missing,
+    and "Got input(s)" follows its hash map's order."""
+    inputs = [*add_sub_inputs(ONES, ONES), infer_input("EXTRA", ONES, "FP32")]
+    expect_error(
+        lambda: client.infer("add_sub", inputs),
+        INVALID,
+        f"{UNKNOWN_ID}expected 2 inputs but got 3 inputs for model 'add_sub'. Got input(s) "
+        "['EXTRA','INPUT1','INPUT0'], but missing required input(s) ]. Please provide all "
+        "required input(s).",
+    )
+
+
 def test_missing_input(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", [infer_input("INPUT0", ONES, "FP32")]),
         INVALID,
-        "expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], "
-        "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+        f"{UNKNOWN_ID}expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) "
+        "['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required "
+        "input(s).",
     )
 
 
@@ -181,7 +203,7 @@ def test_duplicate_input(client: grpcclient.InferenceServerClient) -> None:
     expect_error(
         lambda: client.infer("add_sub", inputs),
         INVALID,
-        "input 'INPUT0' appears more than once in the request for model 'add_sub'",
+        f"{UNKNOWN_ID}input 'INPUT0' already exists in request",
     )
 
 
@@ -221,7 +243,8 @@ def test_raw_byte_size_mismatch(default_server: ServerProcess, client: Any) -> N
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 12, got 8",
+        f"{UNKNOWN_ID}input byte size mismatch for input 'INPUT0' for model 'add_sub'. "
+        "Expected 12, got 8",
     )
 
 
@@ -233,7 +256,8 @@ def test_typed_contents_count_mismatch(default_server: ServerProcess, client: An
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 12, got 8",
+        f"{UNKNOWN_ID}input byte size mismatch for input 'INPUT0' for model 'add_sub'. "
+        "Expected 12, got 8",
     )
     strings = service_pb2.ModelInferRequest(
         model_name="text_upper",
@@ -242,7 +266,8 @@ def test_typed_contents_count_mismatch(default_server: ServerProcess, client: An
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, strings),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "expected 2 string elements for inference input 'TEXT' for model 'text_upper', got 1",
+        f"{UNKNOWN_ID}expected 2 string elements for inference input 'TEXT' for model "
+        "'text_upper', got 1",
     )
 
 
@@ -262,8 +287,6 @@ def test_typed_contents_good(default_server: ServerProcess, client: Any) -> None
 
 
 def test_contents_in_wrong_typed_field(default_server: ServerProcess, client: Any) -> None:
-    # Triton: "unexpected explicit tensor data for input tensor 'INPUT0' for model 'add_sub'
-    # of type 'INT32', expected datatype 'FP32'". Same code, own wording.
     request = _add_sub_request(
         raw_tensor("INPUT0", "FP32", [1, 3], int_contents=[1, 2, 3]),
         raw_tensor("INPUT1", "FP32", [1, 3], fp32_contents=[1.0, 2.0, 3.0]),
@@ -271,8 +294,8 @@ def test_contents_in_wrong_typed_field(default_server: ServerProcess, client: An
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "input 'INPUT0' for model 'add_sub' with datatype 'FP32' carries int_contents; "
-        "expected fp32_contents or raw_input_contents",
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'add_sub' of "
+        "type 'INT32', expected datatype 'FP32'",
     )
 
 
@@ -299,8 +322,32 @@ def test_raw_input_contents_count_mismatch(default_server: ServerProcess, client
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "expected 2 raw_input_contents (one per input) for model 'add_sub', got 1",
+        "unable to find data for input tensor 'INPUT1' for model 'add_sub' in request.",
     )
+
+
+def test_contents_in_two_typed_fields(default_server: ServerProcess, client: Any) -> None:
+    request = _add_sub_request(
+        raw_tensor("INPUT0", "FP32", [1, 3], fp32_contents=[1.0, 2.0, 3.0], fp64_contents=[1.0]),
+        raw_tensor("INPUT1", "FP32", [1, 3], fp32_contents=[1.0, 2.0, 3.0]),
+    )
+    expect_rpc_error(
+        lambda: _raw_infer(default_server.url, request),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unexpected explicit tensor data for input tensor 'INPUT0' for model 'add_sub', "
+        "binary data was already supplied.",
+    )
+
+
+def test_extra_raw_input_contents_are_ignored(default_server: ServerProcess, client: Any) -> None:
+    """As Triton: raw contents pair with the inputs in order; extra ones are not read."""
+    request = _add_sub_request(
+        raw_tensor("INPUT0", "FP32", [1, 3]),
+        raw_tensor("INPUT1", "FP32", [1, 3]),
+        raw=[GOOD_RAW, GOOD_RAW, b"spare"],
+    )
+    response = _raw_infer(default_server.url, request)
+    np.testing.assert_array_equal(decode_output(response, "OUTPUT0", np.float32), [[2, 4, 6]])
 
 
 def test_input_without_data(default_server: ServerProcess, client: Any) -> None:
@@ -310,7 +357,7 @@ def test_input_without_data(default_server: ServerProcess, client: Any) -> None:
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        "input 'INPUT0' for model 'add_sub' has no data",
+        "unable to find data for input tensor 'INPUT0' for model 'add_sub' in request.",
     )
 
 
@@ -318,28 +365,44 @@ def _length_prefixed(*items: bytes) -> bytes:
     return b"".join(struct.pack("<I", len(i)) + i for i in items)
 
 
+BYTES_WHERE = "for inference input 'TEXT' for model 'text_upper'"
+
+
 @pytest.mark.parametrize(
     ("shape", "raw", "detail"),
     [
-        ([1], struct.pack("<I", 5) + b"ab", "element runs past the end of the buffer"),
-        ([2], _length_prefixed(b"ok") + b"\x01\x00", "truncated length prefix"),
-        ([2], _length_prefixed(b"one"), "holds 1 elements, expected 2"),
-        ([1], _length_prefixed(b"a", b"b"), "holds 2 elements, expected 1"),
+        ([1], struct.pack("<I", 5) + b"ab", None),
+        (
+            [2],
+            _length_prefixed(b"ok") + b"\x01\x00",
+            f"incomplete string length indicator {BYTES_WHERE}, expecting 4 bytes but only 2 "
+            "bytes available. Please make sure the string length indicator is in one buffer.",
+        ),
+        ([2], _length_prefixed(b"one"), f"expected 2 string elements {BYTES_WHERE}, got 1"),
+        (
+            [1],
+            _length_prefixed(b"a", b"b"),
+            f"unexpected number of string elements 2 {BYTES_WHERE}, expecting 1",
+        ),
     ],
     ids=["overrun", "truncated-prefix", "too-few", "too-many"],
 )
 def test_malformed_bytes_raw_data(
-    default_server: ServerProcess, client: Any, shape: list[int], raw: bytes, detail: str
+    default_server: ServerProcess, client: Any, shape: list[int], raw: bytes, detail: str | None
 ) -> None:
+    """Triton's ValidateBytesInputs texts; an overrunning last element (which Triton lets
+    through to the backend) is refused with our own text."""
     request = service_pb2.ModelInferRequest(
         model_name="text_upper",
         inputs=[raw_tensor("TEXT", "BYTES", shape)],
         raw_input_contents=[raw],
     )
+    if detail is None:
+        detail = f"incomplete string element 0 {BYTES_WHERE}: 5 bytes announced, 2 present"
     expect_rpc_error(
         lambda: _raw_infer(default_server.url, request),
         grpc.StatusCode.INVALID_ARGUMENT,
-        f"unexpected BYTES data for input 'TEXT' for model 'text_upper': {detail}",
+        f"{UNKNOWN_ID}{detail}",
     )
 
 
@@ -367,7 +430,7 @@ ID_CASES = {
         lambda: add_sub_inputs(np.ones((1, 1), np.int32), np.ones((1, 1), np.int32), "INT32"),
         "add_sub",
         INVALID,
-        "inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'",
+        "inference input 'INPUT1' data-type is 'INT32', but model 'add_sub' expects 'FP32'",
     ),
     "missing": (
         lambda: [infer_input("INPUT1", ONES, "FP32")],
@@ -387,8 +450,20 @@ def test_request_id_prefix(client: grpcclient.InferenceServerClient, case: str) 
         code,
         f"[request id: req-17] {message}",
     )
-    # Without an id there is no prefix at all.
-    expect_error(lambda: client.infer(model, make_inputs()), code, message)
+    # Without an id Triton's prefix says so.
+    expect_error(lambda: client.infer(model, make_inputs()), code, f"{UNKNOWN_ID}{message}")
+
+
+def test_frontend_errors_have_no_request_id_prefix(default_server: ServerProcess) -> None:
+    """Triton's gRPC frontend checks (before the core sees the request) add no prefix."""
+    request = _add_sub_request(
+        raw_tensor("INPUT0", "FP32", [1, 3]), raw_tensor("INPUT1", "FP32", [1, 3]), id="req-9"
+    )
+    expect_rpc_error(
+        lambda: _raw_infer(default_server.url, request),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unable to find data for input tensor 'INPUT0' for model 'add_sub' in request.",
+    )
 
 
 def test_unknown_model_error_has_no_request_id_prefix(
@@ -437,7 +512,7 @@ def test_stream_errors_in_band_and_stream_goes_on(default_server: ServerProcess)
         "Request for unknown model: 'nope' is not found",  # no prefix, as in Triton
         "[request id: bad-2] inference request batch-size must be <= 8 for 'add_sub'",
         "[request id: bad-3] unexpected shape for input 'input' for model "
-        "'iris_classifier'. Expected [-1,4], got [1,2]",
+        f"'iris_classifier'. Expected [-1,4], got [1,2]. {BATCH_NOTE}",
     ]
     assert sorted(results) == ["good-0", "good-1", "good-2", "good-3"]
     for i in range(4):
@@ -463,8 +538,7 @@ def test_stream_decode_error_in_band(default_server: ServerProcess) -> None:
     by_id = {r.infer_response.id: r for r in responses}
     assert set(by_id) == {"raw-bad", "raw-good"}
     assert by_id["raw-bad"].error_message == (
-        "[request id: raw-bad] expected 2 raw_input_contents (one per input) for model "
-        "'add_sub', got 1"
+        "unable to find data for input tensor 'INPUT1' for model 'add_sub' in request."
     )
     assert by_id["raw-bad"].infer_response.model_name == "add_sub"
     assert by_id["raw-good"].error_message == ""

@@ -209,8 +209,8 @@ def test_no_contents_field_types_refuse_contents(server: ServerProcess, datatype
         expect_rpc_error(
             lambda: stub.ModelInfer(request, timeout=30),
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"input 'INPUT0' for model '{_model(datatype)}' with datatype '{datatype}' carries "
-            "fp32_contents; this datatype can only be sent in raw_input_contents",
+            f"unexpected explicit tensor data for input tensor 'INPUT0' for model "
+            f"'{_model(datatype)}' of type 'FP32', expected datatype '{datatype}'",
         )
 
 
@@ -224,6 +224,6 @@ def test_wider_contents_field_is_refused(server: ServerProcess) -> None:
         expect_rpc_error(
             lambda: stub.ModelInfer(request, timeout=30),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "input 'INPUT0' for model 'identity_int8' with datatype 'INT8' carries "
-            "int64_contents; expected int_contents or raw_input_contents",
+            "unexpected explicit tensor data for input tensor 'INPUT0' for model "
+            "'identity_int8' of type 'INT64', expected datatype 'INT8'",
         )

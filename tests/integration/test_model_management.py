@@ -358,10 +358,10 @@ def test_invalid_config_json(ec: grpcclient.InferenceServerClient) -> None:
 
 
 def test_unknown_model_load_and_unload(ec: grpcclient.InferenceServerClient) -> None:
-    expect_error(
+    expect_error(  # Triton's code and text
         lambda: ec.load_model("no_such_model"),
-        "NOT_FOUND",
-        "failed to load 'no_such_model': no model 'no_such_model' in any repository",
+        "INTERNAL",
+        "failed to load 'no_such_model', failed to poll from model repository",
     )
     expect_error(
         lambda: ec.unload_model("no_such_model"),
@@ -376,7 +376,10 @@ def test_failed_reload_keeps_old_version_serving(ec: grpcclient.InferenceServerC
     expect_error(
         lambda: ec.load_model("fragile", config=add_sub_json("fragile", input0="NO_SUCH_INPUT")),
         "INVALID_ARGUMENT",
-        contains=["failed to load 'fragile'", "NO_SUCH_INPUT"],
+        contains=[
+            "load failed for model 'fragile': version 1 is at UNAVAILABLE state:",
+            "NO_SUCH_INPUT",
+        ],
     )
     assert ec.is_model_ready("fragile")
     assert index_of(ec)["fragile"] == [("1", "READY", "")]

@@ -44,7 +44,7 @@ def _workload(client: grpcclient.InferenceServerClient) -> None:
     for _ in range(4):
         client.infer("plain", add_sub_inputs(a, a))  # batch 3
     client.infer("plain", add_sub_inputs(a[:1], a[:1]))  # batch 1
-    for _ in range(2):  # refused by validation: counted as failures
+    for _ in range(2):  # refused by validation: no failures, as in Triton
         expect_error(
             lambda: client.infer("plain", add_sub_inputs(ints, ints, "INT32")), "INVALID_ARGUMENT"
         )
@@ -84,7 +84,9 @@ def test_metrics_agree_with_model_statistics(server: ServerProcess) -> None:
         assert metric("nv_inference_request_cancelled") == 0
     # The workload itself, so the comparison above is not vacuous.
     assert metrics[("nv_inference_request_success", "plain", "1")] == 5
-    assert metrics[("nv_inference_request_failure", "plain", "1")] == 2
+    assert metrics[("nv_inference_request_failure", "plain", "1")] == 0
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):  # every reason, from the start
+        assert metrics[(f"nv_inference_request_failure:{reason}", "plain", "1")] == 0
     assert metrics[("nv_inference_count", "plain", "1")] == 13
     assert metrics[("nv_inference_exec_count", "plain", "1")] == 5
     assert metrics[("nv_inference_compute_infer_duration_us", "plain", "1")] > 0
@@ -163,4 +165,5 @@ def test_metrics_port_in_use_stops_the_start(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="server exited with 1"):
             server.start()
         server.kill()
-    assert "address already in use" in server.log.lower(), server.log
+    line = f"failed to start Metrics service: Socket '127.0.0.1:{port}' already in use"
+    assert line in server.log, server.log

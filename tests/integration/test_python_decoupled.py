@@ -103,12 +103,16 @@ def test_builtin_square_sends_n_responses(server: ServerProcess) -> None:
     assert [(v, f) for v, f, _ in responses] == [(3, False), (3, False), (3, False), (-99, True)]
 
 
-def test_unary_call_to_decoupled_model_needs_exactly_one_response(server: ServerProcess) -> None:
+def test_unary_call_to_decoupled_model_is_refused(server: ServerProcess) -> None:
+    """As Triton: a decoupled model needs a stream, even when it would send one response."""
     with grpcclient.InferenceServerClient(server.url) as client:
-        one = client.infer("square", [_int_input("IN", 1)])
-        assert int(one.as_numpy("OUT")[0]) == 1
-        with pytest.raises(InferenceServerException, match="decoupled and sent 3 responses"):
-            client.infer("square", [_int_input("IN", 3)])
+        for count in (1, 3):
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("square", [_int_input("IN", count)])
+            assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+            assert info.value.message() == (
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
 
 
 def test_response_statistics_per_index(server: ServerProcess) -> None:
@@ -158,4 +162,5 @@ def test_error_and_crash_fail_only_their_requests(server: ServerProcess) -> None
             client.infer("faulty", _mode(3))  # the worker process dies
         restarted = int(client.infer("faulty", _mode(0)).as_numpy("PID")[0, 0])
         assert restarted != pid  # a new worker took over
-        assert int(client.infer("square", [_int_input("IN", 1)]).as_numpy("OUT")[0]) == 1
+    responses = _collect(server.url, "square", [_int_input("IN", 1)], 1)
+    assert [v for v, _, _ in responses] == [1, -99]

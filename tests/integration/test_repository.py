@@ -278,7 +278,7 @@ def test_auto_complete_without_config(client: grpcclient.InferenceServerClient) 
     expect_error(
         lambda: client.infer("auto", add_sub_inputs(five, five)),
         "INVALID_ARGUMENT",
-        "inference request batch-size must be <= 4 for 'auto'",
+        "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'auto'",
     )
 
 

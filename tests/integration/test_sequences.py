@@ -531,9 +531,10 @@ def test_control_and_state_tensors_are_not_client_inputs(
         extra = grpcclient.InferInput(name, [1, 1], "INT32")
         extra.set_data_from_numpy(np.zeros((1, 1), dtype=np.int32))
         expect_error(
+            # In place of INPUT (with it, Triton's count check would speak first).
             lambda extra=extra: client.infer(
                 "accum",
-                [*_value(1), extra],
+                [extra],
                 sequence_id=34,
                 sequence_start=True,
                 sequence_end=True,

@@ -98,7 +98,7 @@ def test_deserialize_empty_buffer_zero_elements() -> None:
         (b"\x05\x00\x00\x00abc", 1, "element runs past the end of the buffer"),
         (_prefixed(b"ok") + b"\xff\xff\xff\xff", 2, "element runs past the end of the buffer"),
         (_prefixed(b"a", b"b"), 3, "holds 2 elements, expected 3"),
-        (_prefixed(b"a", b"b"), 1, "holds 2 elements, expected 1"),
+        (_prefixed(b"a", b"b"), 1, "holds more than 1 elements"),
         (b"", 1, "holds 0 elements, expected 1"),
     ],
     ids=[

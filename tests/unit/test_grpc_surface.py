@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from google.protobuf import descriptor
+from google.protobuf import descriptor, descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -91,7 +92,39 @@ def test_list_services(reflected: tuple[ProtoReflectionDescriptorDatabase, Descr
         SERVICE,
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection",
     } <= services
+
+
+def test_reflection_v1_serves_the_same_answers(channel: grpc.Channel) -> None:
+    """grpc.reflection.v1 (what newer clients ask first) lists services and describes
+    symbols, itself included; its messages are v1alpha's under another package."""
+    call = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE),
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="grpc.reflection.v1.ServerReflection"
+        ),
+    ]
+    listed, inference_file, v1_file = list(call(iter(requests), timeout=10))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {SERVICE, "grpc.reflection.v1.ServerReflection"} <= names
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in inference_file.file_descriptor_response.file_descriptor_proto
+    ]
+    assert files[0].package == "inference"
+    v1 = descriptor_pb2.FileDescriptorProto.FromString(
+        v1_file.file_descriptor_response.file_descriptor_proto[0]
+    )
+    assert (v1.name, v1.package) == ("grpc/reflection/v1/reflection.proto", "grpc.reflection.v1")
+    method = v1.service[0].method[0]
+    assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
 
 
 def test_describe_inference_service(
@@ -175,11 +208,11 @@ def test_health_check_serving(channel: grpc.Channel, service: str) -> None:
     assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_health_check_unknown_service(channel: grpc.Channel) -> None:
+def test_health_check_any_service_name_answers_readiness(channel: grpc.Channel) -> None:
+    """Triton's Check never looks at the service name: it answers ServerIsReady."""
     stub = health_pb2_grpc.HealthStub(channel)
-    with pytest.raises(grpc.RpcError) as info:
-        stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    response = stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
 
 
 # --------------------------------------------------------------------------- unimplemented RPCs

@@ -24,7 +24,7 @@ from service.core import server as server_module
 from service.core.lifecycle import NOT_ALLOWED, ControlMode, IndexEntry, ModelManager
 from service.core.model import ModelState
 from service.core.server import InferenceServer
-from service.errors import InvalidArgument, NotFound, Unavailable
+from service.errors import Internal, InvalidArgument, NotFound, Unavailable
 from service.scheduling.base import Job
 from service.types import InferRequest, InputTensor
 
@@ -193,9 +193,9 @@ async def test_unload_of_a_known_but_never_loaded_model(repo: Path) -> None:
 
 async def test_unknown_model_load_and_unload_not_found(repo: Path) -> None:
     async with manager([repo]) as m:
-        with pytest.raises(NotFound) as info:
+        with pytest.raises(Internal) as info:  # Triton's code and text
             await m.load("nope")
-        assert info.value.message == "failed to load 'nope': no model 'nope' in any repository"
+        assert info.value.message == "failed to load 'nope', failed to poll from model repository"
         with pytest.raises(NotFound) as info:
             await m.unload("nope")
         assert info.value.message == "failed to unload 'nope': no model 'nope' is known"
@@ -351,7 +351,7 @@ async def test_requests_during_reload_see_a_ready_version(repo: Path) -> None:
 async def test_failed_reload_keeps_old_entry(repo: Path) -> None:
     async with manager([repo], startup=["alpha"]) as m:
         old = m.get("alpha")
-        with pytest.raises(InvalidArgument, match="failed to load 'alpha'") as info:
+        with pytest.raises(InvalidArgument, match="load failed for model 'alpha'") as info:
             await m.load("alpha", override("alpha", input0="NO_SUCH_INPUT"))
         assert "NO_SUCH_INPUT" in info.value.message
         assert m.get("alpha") is old
@@ -364,7 +364,10 @@ async def test_failed_reload_keeps_old_entry(repo: Path) -> None:
 async def test_failed_first_load_leaves_an_unavailable_entry(repo: Path) -> None:
     models.write_model(repo, "broken", b"not an onnx model", add_sub_config("broken"))
     async with manager([repo]) as m:
-        with pytest.raises(InvalidArgument, match="failed to load 'broken': version 1: "):
+        with pytest.raises(
+            InvalidArgument,
+            match=r"^load failed for model 'broken': version 1 is at UNAVAILABLE state: ",
+        ):
             await m.load("broken")
         [(version, state, reason)] = states(m)["broken"]
         assert (version, state) == ("1", "UNAVAILABLE") and reason

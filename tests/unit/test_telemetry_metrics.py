@@ -41,13 +41,20 @@ def test_values_come_from_model_stats_at_render_time() -> None:
     timings = BatchTimings(start=0, input_end=1_500, infer_end=11_500, end=12_000)
     model.stats.record_execution(4, timings)
     model.stats.record_success(20_999, 3_000, timings)
-    model.stats.record_failure(5_000)
+    model.stats.record_failure(5_000, "BACKEND")
     model.stats.record_cancelled()
     model.scheduler = FakeScheduler(inflight=3)
     samples = _samples(renderer.render())
     labels = '{model="m",version="2"}'
     assert samples[f"nv_inference_request_success{labels}"] == "1"
-    assert samples[f"nv_inference_request_failure{labels}"] == "1"
+    failure = 'nv_inference_request_failure{model="m",reason="%s",version="2"}'
+    assert {r: samples[failure % r] for r in ("REJECTED", "CANCELED", "BACKEND", "OTHER")} == {
+        "REJECTED": "0",
+        "CANCELED": "1",  # a cancelled request is a failure, as in Triton
+        "BACKEND": "1",
+        "OTHER": "0",
+    }
+    assert model.stats.fail.count == 2
     assert samples[f"nv_inference_request_cancelled{labels}"] == "1"
     assert samples[f"nv_inference_count{labels}"] == "4"
     assert samples[f"nv_inference_exec_count{labels}"] == "1"

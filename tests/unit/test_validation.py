@@ -55,6 +55,14 @@ output [
 """
 
 
+BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
 def make_version(text: str, scheduler: Any = None) -> ModelVersion:
     config = text_format.Parse(text, mc.ModelConfig())
     return ModelVersion(
@@ -236,56 +244,59 @@ def test_unexpected_input(batched: ModelVersion) -> None:
 def test_duplicate_input(batched: ModelVersion) -> None:
     inputs = [*good_inputs(), fp32("INPUT0", np.zeros((2, 4)))]
     assert error_of(batched, request(inputs)) == (
-        "input 'INPUT0' appears more than once in the request for model 'batched'"
+        "[request id: <id_unknown>] input 'INPUT0' already exists in request"
     )
 
 
 def test_missing_required_input(batched: ModelVersion) -> None:
     assert error_of(batched, request([fp32("OPT", [[1.0]]), fp32("INPUT0", np.zeros((1, 4)))])) == (
-        "expected 2 inputs but got 2 inputs for model 'batched'. Got input(s) "
-        "['OPT', 'INPUT0'], but missing required input(s) ['INPUT1']. "
-        "Please provide all required input(s)."
+        "[request id: <id_unknown>] expected number of inputs between 2 and 3 but got 2 "
+        "inputs for model 'batched'. Got input(s) ['INPUT0','OPT'], but missing required "
+        "input(s) ['INPUT1']. Please provide all required input(s)."
     )
 
 
 def test_missing_all_inputs(batched: ModelVersion) -> None:
     assert error_of(batched, request([])) == (
-        "expected 2 inputs but got 0 inputs for model 'batched'. Got input(s) [], but missing "
-        "required input(s) ['INPUT0', 'INPUT1']. Please provide all required input(s)."
+        "[request id: <id_unknown>] expected number of inputs between 2 and 3 but got 0 "
+        "inputs for model 'batched'. Got input(s) [], but missing required input(s) "
+        "['INPUT0','INPUT1']. Please provide all required input(s)."
     )
 
 
 def test_no_batch_dimension(batched: ModelVersion) -> None:
     inputs = [InputTensor("INPUT0", "FP32", (), raw=b"\x00" * 4), good_inputs()[1]]
     assert error_of(batched, request(inputs)) == (
-        "input 'INPUT0' for model 'batched' has no batch dimension, "
-        "but the model has max_batch_size 8"
+        "[request id: <id_unknown>] input 'INPUT0' has no shape but model requires batch "
+        "dimension for 'batched'"
     )
 
 
 def test_batch_size_mismatch(batched: ModelVersion) -> None:
     inputs = [good_inputs(batch=2)[0], good_inputs(batch=3)[1]]
     assert error_of(batched, request(inputs)) == (
-        "input 'INPUT1' batch size 3 does not match other inputs' batch size 2 for model 'batched'"
+        "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs "
+        "for 'batched'"
     )
 
 
 def test_batch_size_too_large(batched: ModelVersion) -> None:
     assert error_of(batched, request(good_inputs(batch=9))) == (
-        "inference request batch-size must be <= 8 for 'batched'"
+        "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'batched'"
     )
 
 
 def test_batch_size_zero(batched: ModelVersion) -> None:
     assert error_of(batched, request(good_inputs(batch=0))) == (
-        "inference request batch-size must be >= 1 for 'batched'"
+        "[request id: <id_unknown>] inference request batch-size must be >= 1 for 'batched'"
     )
 
 
 def test_datatype_mismatch(batched: ModelVersion) -> None:
     inputs = [good_inputs()[0], fp32("INPUT1", np.zeros((2, 2, 2)))]
     assert error_of(batched, request(inputs)) == (
-        "inference input 'INPUT1' data-type is 'FP32', but model 'batched' expects 'INT32'"
+        "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'FP32', but model "
+        "'batched' expects 'INT32'"
     )
 
 
@@ -296,14 +307,16 @@ def test_datatype_mismatch(batched: ModelVersion) -> None:
 def test_unexpected_shape(batched: ModelVersion, shape: tuple[int, ...], expected: str) -> None:
     inputs = [InputTensor("INPUT0", "FP32", shape, raw=b""), good_inputs()[1]]
     assert error_of(batched, request(inputs)) == (
-        f"unexpected shape for input 'INPUT0' for model 'batched'. Expected [-1,4], got {expected}"
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'batched'. "
+        f"Expected [-1,4], got {expected}. {BATCH_NOTE}"
     )
 
 
 def test_unexpected_shape_reports_config_dims_not_reshape(batched: ModelVersion) -> None:
     inputs = [good_inputs()[0], int32("INPUT1", np.zeros((2, 4)))]
     assert error_of(batched, request(inputs)) == (
-        "unexpected shape for input 'INPUT1' for model 'batched'. Expected [-1,2,2], got [2,4]"
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'batched'. "
+        f"Expected [-1,2,2], got [2,4]. {BATCH_NOTE}"
     )
 
 
@@ -313,7 +326,8 @@ def test_negative_dimension(plain: ModelVersion) -> None:
         InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
     ]
     assert error_of(plain, request(inputs, model_name="plain")) == (
-        "input 'TEXT' for model 'plain' has a negative dimension: [-2]"
+        "[request id: <id_unknown>] All input dimensions should be specified for input 'TEXT' "
+        "for model 'plain', got [-2]"
     )
 
 
@@ -323,28 +337,41 @@ def test_input_shared_memory_region(batched: ModelVersion) -> None:
     assert error_of(batched, request(inputs)) == ("Unable to find shared memory region: 'region0'")
 
 
-def test_raw_and_contents_together(batched: ModelVersion) -> None:
-    inputs = good_inputs()
-    inputs[0].contents = np.zeros(8, np.float32)
-    assert error_of(batched, request(inputs)) == (
-        "contents field must not be specified when using raw_input_contents for 'INPUT0' "
-        "for model 'batched'"
-    )
-
-
 def test_raw_byte_size_mismatch(batched: ModelVersion) -> None:
     inputs = [InputTensor("INPUT0", "FP32", (2, 4), raw=b"\x00" * 30), good_inputs()[1]]
     assert error_of(batched, request(inputs)) == (
-        "input byte size mismatch for input 'INPUT0' for model 'batched'. Expected 32, got 30"
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+        "'batched'. Expected 32, got 30"
     )
 
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
-        (b"\x01\x00", "truncated length prefix"),
-        (b"\x09\x00\x00\x00abc", "element runs past the end of the buffer"),
-        (b"\x01\x00\x00\x00a", "holds 1 elements, expected 2"),
+        (
+            b"\x01\x00",
+            "incomplete string length indicator for inference input 'TEXT' for model 'plain', "
+            "expecting 4 bytes but only 2 bytes available. Please make sure the string length "
+            "indicator is in one buffer.",
+        ),
+        (
+            b"\x09\x00\x00\x00abc",
+            "expected 2 string elements for inference input 'TEXT' for model 'plain', got 1",
+        ),
+        (
+            b"\x01\x00\x00\x00a\x09\x00\x00\x00abc",
+            "incomplete string element 1 for inference input 'TEXT' for model 'plain': "
+            "9 bytes announced, 3 present",
+        ),
+        (
+            b"\x01\x00\x00\x00a",
+            "expected 2 string elements for inference input 'TEXT' for model 'plain', got 1",
+        ),
+        (
+            b"\x01\x00\x00\x00a" * 3,
+            "unexpected number of string elements 3 for inference input 'TEXT' for model "
+            "'plain', expecting 2",
+        ),
     ],
 )
 def test_malformed_bytes_raw(plain: ModelVersion, raw: bytes, reason: str) -> None:
@@ -353,7 +380,7 @@ def test_malformed_bytes_raw(plain: ModelVersion, raw: bytes, reason: str) -> No
         InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
     ]
     assert error_of(plain, request(inputs, model_name="plain")) == (
-        f"unexpected BYTES data for input 'TEXT' for model 'plain': {reason}"
+        f"[request id: <id_unknown>] {reason}"
     )
 
 
@@ -365,7 +392,8 @@ def test_bytes_contents_count_mismatch(plain: ModelVersion) -> None:
         InputTensor("X", "BF16", (2, 1), raw=b"\x00" * 4),
     ]
     assert error_of(plain, request(inputs, model_name="plain")) == (
-        "expected 3 string elements for inference input 'TEXT' for model 'plain', got 2"
+        "[request id: <id_unknown>] expected 3 string elements for inference input 'TEXT' "
+        "for model 'plain', got 2"
     )
 
 
@@ -375,13 +403,16 @@ def test_typed_contents_count_mismatch(batched: ModelVersion) -> None:
         good_inputs()[1],
     ]
     assert error_of(batched, request(inputs)) == (
-        "input byte size mismatch for input 'INPUT0' for model 'batched'. Expected 32, got 28"
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+        "'batched'. Expected 32, got 28"
     )
 
 
 def test_input_without_data(batched: ModelVersion) -> None:
     inputs = [InputTensor("INPUT0", "FP32", (2, 4)), good_inputs()[1]]
-    assert error_of(batched, request(inputs)) == ("input 'INPUT0' for model 'batched' has no data")
+    assert error_of(batched, request(inputs)) == (
+        "unable to find data for input tensor 'INPUT0' for model 'batched' in request."
+    )
 
 
 def test_unexpected_output(batched: ModelVersion) -> None:
@@ -558,6 +589,7 @@ async def test_infer_success() -> None:
 
 
 async def test_infer_validation_error_gets_request_id_prefix() -> None:
+    """Triton's request checks carry LogRequest(); refused requests are no failures."""
     server, model = make_server(FakeScheduler())
     with pytest.raises(InvalidArgument) as info:
         await server.infer(request(good_inputs(batch=9), id="my-req"))
@@ -565,14 +597,16 @@ async def test_infer_validation_error_gets_request_id_prefix() -> None:
         "[request id: my-req] inference request batch-size must be <= 8 for 'batched'"
     )
     stats = model.stats
-    assert (stats.success.count, stats.fail.count) == (0, 1)
+    assert (stats.success.count, stats.fail.count) == (0, 0)
 
 
-async def test_infer_without_id_has_no_prefix() -> None:
+async def test_infer_without_id_says_id_unknown() -> None:
     server, _ = make_server(FakeScheduler())
     with pytest.raises(InvalidArgument) as info:
         await server.infer(request(good_inputs(batch=9)))
-    assert info.value.message == "inference request batch-size must be <= 8 for 'batched'"
+    assert info.value.message == (
+        "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'batched'"
+    )
 
 
 async def test_infer_unknown_model_has_no_prefix() -> None:
@@ -583,25 +617,35 @@ async def test_infer_unknown_model_has_no_prefix() -> None:
     assert info.value.message == "Request for unknown model: 'ghost' is not found"
 
 
-async def test_infer_scheduler_error_gets_prefix_and_keeps_class() -> None:
-    server, _ = make_server(FakeScheduler(Internal("onnx runtime error: boom")))
+async def test_infer_backend_error_keeps_its_text_and_class_and_counts_as_backend() -> None:
+    server, model = make_server(FakeScheduler(Internal("onnx runtime error: boom")))
     with pytest.raises(Internal) as info:
         await server.infer(request(good_inputs(), id="x"))
-    assert info.value.message == "[request id: x] onnx runtime error: boom"
-    assert str(info.value) == info.value.message
+    assert info.value.message == "onnx runtime error: boom"  # Triton adds no prefix here
+    assert model.stats.fail.count == 1
+    assert model.stats.failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 1, "OTHER": 0}
 
 
-async def test_infer_prefix_is_not_doubled() -> None:
-    server, _ = make_server(FakeScheduler(Internal("[request id: x] already prefixed")))
-    with pytest.raises(Internal) as info:
-        await server.infer(request(good_inputs(), id="x"))
-    assert info.value.message == "[request id: x] already prefixed"
+async def test_infer_timeout_counts_as_rejected() -> None:
+    error = Unavailable("Request timeout expired", failure="REJECTED")
+    server, model = make_server(FakeScheduler(error))
+    with pytest.raises(Unavailable):
+        await server.infer(request(good_inputs()))
+    assert model.stats.failures["REJECTED"] == 1 and model.stats.fail.count == 1
+
+
+async def test_infer_refused_by_scheduler_is_not_a_failure() -> None:
+    """A full queue (or an unloading model) refuses the request before accepting it."""
+    server, model = make_server(FakeScheduler(Unavailable("model is unloading")))
+    with pytest.raises(Unavailable):
+        await server.infer(request(good_inputs()))
+    assert model.stats.fail.count == 0
 
 
 async def test_after_stop_accepting_streams_are_refused_and_unary_requests_served() -> None:
     """Shutdown: not ready; a request on an open stream is refused; a unary request that
-    still reaches the core (sent before its client saw the GOAWAY, or an ensemble step of
-    a request in flight) is served."""
+    still reaches the core (sent before its client saw the GOAWAY) and an ensemble step of
+    a request in flight are served."""
     scheduler = FakeScheduler()
     server, _ = make_server(scheduler)
     assert server.is_ready()
@@ -613,4 +657,7 @@ async def test_after_stop_accepting_streams_are_refused_and_unary_requests_serve
     assert scheduler.jobs == []
     response = await server.infer(request(good_inputs(), id="straggler"))
     assert response.id == "straggler"
-    assert len(scheduler.jobs) == 1
+    # The steps of an ensemble already in flight go through the step runner.
+    steps = [r async for r in server.step_runner.stream_infer(request(good_inputs(), id="s"))]
+    assert [r.id for r in steps] == ["s"]
+    assert len(scheduler.jobs) == 2

@@ -1,0 +1,35 @@
+"""The start-up model table, drawn as Triton's TablePrinter draws it."""
+
+from __future__ import annotations
+
+from service.core.index import IndexEntry
+from service.core.status_table import model_table
+
+
+def test_model_table_lists_versions_states_and_reasons() -> None:
+    table = model_table(
+        [
+            IndexEntry("add_sub", "1", "READY", ""),
+            IndexEntry("add_sub", "2", "READY", ""),
+            IndexEntry("broken", "", "UNAVAILABLE", "unknown backend 'x'"),
+            IndexEntry("idle", "", "UNKNOWN", ""),  # on disk, never loaded: not listed
+        ]
+    )
+    assert table.splitlines() == [
+        "+---------+---------+----------------------------------+",
+        "| Model   | Version | Status                           |",
+        "+---------+---------+----------------------------------+",
+        "| add_sub | 1       | READY                            |",
+        "| add_sub | 2       | READY                            |",
+        "| broken  | -       | UNAVAILABLE: unknown backend 'x' |",
+        "+---------+---------+----------------------------------+",
+    ]
+
+
+def test_empty_table_has_its_header() -> None:
+    assert model_table([]).splitlines() == [
+        "+-------+---------+--------+",
+        "| Model | Version | Status |",
+        "+-------+---------+--------+",
+        "+-------+---------+--------+",
+    ]
