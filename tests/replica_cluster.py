@@ -188,8 +188,16 @@ class Balancer:
         return f"127.0.0.1:{self.http_port}"
 
     @property
-    def config_text(self) -> str:
-        return (self.dir / "nginx.conf").read_text()
+    def pid(self) -> int:
+        """The master process (its workers are its children)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    def reload(self, settle_s: float = 1.0) -> None:
+        """Re-read nginx.conf (SIGHUP): new workers start, the old ones finish and leave."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGHUP)
+        time.sleep(settle_s)
 
     def start(self, timeout: float = 15.0) -> Self:
         render = _render_module()
