@@ -1,10 +1,10 @@
 """Write nginx.conf for N replicas from nginx.conf.template (standard library only).
 
+    mkdir -p /tmp/lb/logs /tmp/lb/temp
     python3 deploy/nginx/render.py \\
         --grpc-server 10.0.0.1:8001 --grpc-server 10.0.0.2:8001 \\
         --http-server 10.0.0.1:8000 --http-server 10.0.0.2:8000 \\
         --grpc-listen 8001 --http-listen 8000 -o /tmp/lb/nginx.conf
-    mkdir -p /tmp/lb/logs /tmp/lb/temp
     nginx -p /tmp/lb -c /tmp/lb/nginx.conf -e /tmp/lb/logs/error.log
 
 By default pid, logs and temporary files live under nginx's ``-p`` prefix (no root
