@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import threading
 import time
@@ -25,6 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from integration_support import infer_input, running_server, wait_for_log
+from models import identity_model, make_config, write_model
 from operations_support import (
     HEALTH_CHECK,
     HEALTH_WATCH,
@@ -36,7 +38,7 @@ from operations_support import (
     write_add_sub,
     write_slow,
 )
-from server_process import ServerProcess
+from server_process import REPO_ROOT, ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -252,3 +254,49 @@ def test_strict_readiness(mixed_repo: Path, strict: bool) -> None:
             ).as_numpy("OUTPUT0"),
             np.full((1, 2), 2.0, np.float32),
         )
+
+
+def _write_wait_then_copy(repo: Path) -> None:
+    """Ensemble 'wait_then_copy': sleepy (a Python model sleeping DELAY_MS) hands its END
+    time to 'copy_end' (ONNX Identity), whose output is the ensemble's OUT."""
+    shutil.copytree(REPO_ROOT / "tests" / "python_models" / "sleepy", repo / "sleepy")
+    fp64 = [("INPUT0", "FP64", [1])], [("OUTPUT0", "FP64", [1])]
+    write_model(repo, "copy_end", identity_model("FP64", [1]), make_config("copy_end", *fp64))
+    steps = (
+        '{ model_name: "sleepy" model_version: -1 input_map { key: "DELAY_MS" value: "DELAY_MS" }'
+        ' output_map { key: "END" value: "end" } },\n'
+        '{ model_name: "copy_end" model_version: -1 input_map { key: "INPUT0" value: "end" }'
+        ' output_map { key: "OUTPUT0" value: "OUT" } }'
+    )
+    config = make_config(
+        "wait_then_copy",
+        [("DELAY_MS", "INT32", [1])],
+        [("OUT", "FP64", [1])],
+        platform="ensemble",
+        instance_kind=None,
+        extra=f"ensemble_scheduling {{ step [\n{steps}\n] }}",
+    )
+    (repo / "wait_then_copy" / "1").mkdir(parents=True)
+    (repo / "wait_then_copy" / "config.pbtxt").write_text(config)
+
+
+async def test_an_ensemble_in_flight_runs_its_later_steps(tmp_path: Path) -> None:
+    """SIGTERM while an ensemble's first step runs: its second step starts during the
+    drain and the request completes (the steps bypass the refusal of new stream work)."""
+    _write_wait_then_copy(tmp_path)
+    server = ServerProcess([tmp_path]).start()
+    try:
+        delay = grpcclient.InferInput("DELAY_MS", [1], "INT32")
+        async with aioclient.InferenceServerClient(server.url) as client:
+            delay.set_data_from_numpy(np.array([1], np.int32))
+            await client.infer("wait_then_copy", [delay])  # warm-up: both steps loaded
+            delay.set_data_from_numpy(np.array([1500], np.int32))
+            in_flight = asyncio.create_task(client.infer("wait_then_copy", [delay]))
+            await asyncio.sleep(0.5)  # the first step is sleeping
+            sent_at = time.time()
+            os.kill(server.pid, signal.SIGTERM)
+            result = await in_flight
+        assert result.as_numpy("OUT")[0] > sent_at  # sleepy's END, copied by step two
+        assert await asyncio.to_thread(_wait_exit, server, 30) == 0, server.log
+    finally:
+        server.kill()
