@@ -9,7 +9,7 @@ Exception tree::
     ├── InvalidArgument     bad tensors, shapes, datatypes, parameters
     ├── NotFound            unknown model or version
     ├── Unavailable         model not ready, server shutting down
-    ├── ResourceExhausted   message too large, queue full
+    ├── ResourceExhausted   message too large
     ├── Unimplemented       RPC or feature a later release provides
     ├── Cancelled           the caller went away
     └── Internal            backend failure (carries the backend's message)
