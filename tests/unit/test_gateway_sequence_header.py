@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
-from test_gateway_app import call
+from gateway_http import call, close_servers  # noqa: F401  (autouse fixture)
 
 from gateway.app import GatewayApp
 from gateway.config import GatewayConfig
@@ -87,11 +87,11 @@ async def recorded() -> AsyncIterator[tuple[GatewayApp, RecordingService]]:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     gateway = GatewayApp(GatewayConfig(grpc_target=f"127.0.0.1:{port}"))
-    await gateway.startup()
+    gateway.startup()
     try:
         yield gateway, service
     finally:
-        await gateway.shutdown()
+        gateway.shutdown()
         await server.stop(None)
 
 
