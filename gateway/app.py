@@ -68,11 +68,17 @@ class GatewayApp:
         #: Set at SIGTERM: readiness answers 400 and new requests are refused.
         self.draining = False
         self._stop_by: float | None = None  # monotonic deadline, set at SIGTERM
+        self._refuse_from = 0.0  # monotonic; new requests get 503 from then on
 
-    def begin_drain(self) -> None:
-        """Readiness false from now on; requests already running go on."""
+    def begin_drain(self, lame_duck_s: float = 0.0) -> None:
+        """Readiness false from now on; requests already running go on, and new ones on
+        open connections are still served for ``lame_duck_s`` seconds (they were sent
+        before the caller could know: a balancer's connection accepted just before the
+        listener closed), then refused with 503."""
         self.draining = True
-        self._stop_by = time.monotonic() + self.config.exit_timeout_secs
+        now = time.monotonic()
+        self._stop_by = now + self.config.exit_timeout_secs
+        self._refuse_from = now + lame_duck_s
 
     def startup(self) -> None:
         """Open the channel; it connects at the first call, so a service that is down is
@@ -139,7 +145,7 @@ class GatewayApp:
         if self.draining:
             if route.rpc == "ServerReady":
                 return HttpResponse(400, headers=[])  # Triton's not-ready answer
-            if route.rpc not in _WHILE_DRAINING:
+            if route.rpc not in _WHILE_DRAINING and time.monotonic() >= self._refuse_from:
                 raise GatewayError(503, "Server is stopping: the request was not started")
         encoding = headers.get("content-encoding")
         if request.body and encoding is not None and route.codec != hr.HTTP_CODEC_GENERATE:

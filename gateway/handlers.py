@@ -29,6 +29,7 @@ from .header_forward import forward_headers
 from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
+from .sequence_header import with_sequence_header
 from .v1_http import V1Handlers
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
@@ -98,7 +99,8 @@ class Handlers:
         infer = build_generate_request(load_generate_json(request.body), metadata, model, version)
         if trace is not None:
             trace.phase("translate_request", started)
-        call = GenerateCall(self._stub, infer, request.metadata, self._target, self._on_unavailable)
+        sticky = with_sequence_header(infer, request.metadata)
+        call = GenerateCall(self._stub, infer, sticky, self._target, self._on_unavailable)
         return call.stream() if binding.sse else call.collect(trace)
 
     def _call(self, rpc: str, message: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
@@ -137,7 +139,8 @@ class Handlers:
             forward_headers(self._header_forward, request.headers, call.request)
         if trace is not None:
             trace.phase("translate_request", started)
-        response = self._call("ModelInfer", call.request, request.metadata)
+        sticky = with_sequence_header(call.request, request.metadata)
+        response = self._call("ModelInfer", call.request, sticky)
         started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head

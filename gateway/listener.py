@@ -9,6 +9,7 @@ import email.utils
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 
@@ -42,6 +43,7 @@ class HttpServer:
         self.max_connections = max_connections
         self.ssl_context: ssl.SSLContext | None = None
         self.closing = False
+        self.listening = False
         self.in_flight = 0
         self._connections: set[Connection] = set()
         self._lock = threading.Condition()
@@ -53,15 +55,32 @@ class HttpServer:
         self.ssl_context = ssl_context
         sock.listen(1024)
         self._sock = sock
+        self.listening = True
         threading.Thread(target=self._accept, name="http-accept", daemon=True).start()
+
+    def stop_listening(self) -> None:
+        """Refuse new connections from now on; open ones are served as before (a load
+        balancer's refused connect goes to another replica, deploy/nginx/README.md).
+        Closing resets connections still waiting in the accept queue, so the accept
+        thread is first given a moment to take those."""
+        if self._sock is None or not self.listening:
+            return
+        for _ in range(50):  # at most ~50 ms
+            if not _accept_queue(self._sock):
+                break
+            time.sleep(0.001)
+        self.listening = False
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread
+        self._sock.close()
 
     def _accept(self) -> None:
         assert self._sock is not None
-        while not self.closing:
+        while not self.closing and self.listening:
             try:
                 conn, _ = self._sock.accept()
             except OSError:
-                if self.closing:
+                if self.closing or not self.listening:
                     return
                 time.sleep(0.05)  # e.g. out of file descriptors: try again shortly
                 continue
@@ -108,6 +127,7 @@ class HttpServer:
         """Stop listening, close idle connections, give the others ``grace`` seconds to
         finish their answer, then cut what is left."""
         self.closing = True
+        self.listening = False
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread
@@ -123,3 +143,13 @@ class HttpServer:
             connections = list(self._connections)
         for connection in connections:
             connection.shutdown()
+
+
+def _accept_queue(sock: socket.socket) -> int:
+    """Connections waiting to be accepted (TCP_INFO's tcpi_unacked on a listener; 0
+    where the option is missing)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        return int(struct.unpack_from("I", info, 24)[0])
+    except (OSError, AttributeError, struct.error):
+        return 0

@@ -4,9 +4,11 @@ Logs ``Started HTTPService at HOST:PORT`` (Triton's wording) once it accepts req
 with ``--http-port 0`` that line is how callers learn the port. A port that cannot be
 bound, or an unusable certificate, is one error line and exit code 1.
 
-On the first SIGTERM/SIGINT, as the service does: readiness turns false at once, new
-requests are refused with 503, requests in flight get up to ``--exit-timeout-secs`` to
-finish, then the listener and the connections close. A second signal stops at once.
+On the first SIGTERM/SIGINT, as the service does: readiness turns false and the listener
+closes at once (new connections are refused, so a load balancer moves to another
+replica), requests on open connections are still served for a lame-duck second and get
+503 after it, requests in flight get up to ``--exit-timeout-secs`` to finish, then the
+connections close. A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ log = logging.getLogger("gateway")
 
 #: After the exit timeout: how long requests whose RPC was cancelled get to answer.
 _CUT_OFF_GRACE = 0.5
+#: After SIGTERM closes the listener, requests arriving on open connections (a balancer's
+#: kept connection) are still served this long, at most half the exit timeout, as the
+#: service does (docs/architecture.md, "Start-up and shutdown").
+LAME_DUCK_S = 1.0
 
 
 def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
@@ -55,8 +61,9 @@ class _Stop:
     """SIGTERM/SIGINT (or the workers' supervisor going away): the first drains, a
     second one stops at once."""
 
-    def __init__(self, app: GatewayApp) -> None:
+    def __init__(self, app: GatewayApp, lame_duck_s: float) -> None:
         self._app = app
+        self.lame_duck_s = lame_duck_s
         self.requested = threading.Event()
         self.forced = threading.Event()
 
@@ -64,7 +71,7 @@ class _Stop:
         if self.requested.is_set():
             self.forced.set()
             return
-        self._app.begin_drain()
+        self._app.begin_drain(self.lame_duck_s)
         self.requested.set()
 
 
@@ -87,7 +94,7 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     if context is not None:
         mutual = context.verify_mode == ssl.CERT_REQUIRED
         scheme = " (HTTPS, client certificates required)" if mutual else " (HTTPS)"
-    stop = _Stop(app)
+    stop = _Stop(app, min(LAME_DUCK_S, config.exit_timeout_secs / 2))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     if worker is None:
@@ -99,23 +106,24 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
         worker.serving(stop)
     while not stop.requested.wait(1.0):  # a timeout keeps signal handlers running
         pass
-    _drain(app, server, config.exit_timeout_secs, stop.forced)
+    _drain(app, server, config.exit_timeout_secs, stop)
     app.shutdown()
     return 0
 
 
-def _drain(
-    app: GatewayApp, server: HttpServer, exit_timeout: float, forced: threading.Event
-) -> None:
-    """Let requests in flight finish (the listener stays open meanwhile, so probes read
-    "not ready"). Those still running at the exit timeout have their RPC cancelled and
+def _drain(app: GatewayApp, server: HttpServer, exit_timeout: float, stop: _Stop) -> None:
+    """Close the listener, serve open connections for the lame duck, and let requests in
+    flight finish. Those still running at the exit timeout have their RPC cancelled and
     get a last moment to answer 503 before the connections close."""
     deadline = time.monotonic() + exit_timeout
+    forced = stop.forced
+    server.stop_listening()
     log.info(
         "Stopping: readiness false, waiting up to %gs for %d in-flight request(s)",
         exit_timeout,
         server.in_flight,
     )
+    forced.wait(stop.lame_duck_s)  # requests on open connections are still served
     while not forced.is_set() and time.monotonic() < deadline:
         if server.wait_idle(min(0.1, deadline - time.monotonic())):
             break

@@ -37,6 +37,23 @@ make_venv() {
   fi
 }
 
+# nginx (Debian's package) for tests/integration/test_replicas.py, which runs three
+# replicas behind deploy/nginx/. Installed when missing and this runs as root with apt-get
+# (CI and the project's machines); anywhere else those tests skip, saying why.
+have_nginx() { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }
+install_nginx() {
+  # Debian starts a packaged service at install unless policy-rc.d forbids it, and
+  # nginx's default site would listen on port 80 of every interface: forbid it meanwhile.
+  local policy=/usr/sbin/policy-rc.d added="" rc=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && added=1
+  fi
+  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nginx)
+  "${apt[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && "${apt[@]}" >/dev/null 2>&1; } || rc=$?
+  [ -z "$added" ] || rm -f "$policy"
+  return "$rc"
+}
+
 make_venv .venv
 if [ "$what" = "test" ]; then
   if ! stamp_ok .venv/.stamp-dev pyproject.toml; then
@@ -54,6 +71,10 @@ if [ "$what" = "test" ]; then
     .venv-client/bin/python -c "import tritonclient.grpc, pytest" || exit 1
     step_done
     stamp_write .venv-client/.stamp tests/requirements-client.txt
+  fi
+  if ! have_nginx && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing nginx (Debian package) for the replica tests"
+    install_nginx || echo "bootstrap: nginx did not install; the replica tests will skip" >&2
   fi
   if ! stamp_ok node_modules/.stamp package-lock.json; then
     command -v npm >/dev/null || { echo "bootstrap: npm is required for buf" >&2; exit 1; }

@@ -52,15 +52,20 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
-    # Readiness false and new inferences refused at once (requests of sequences in
-    # progress still come in), while the endpoint stays up so health checks and in-flight
-    # requests (unary and streamed) are answered; then open streams end, the models are
-    # unloaded, and the process ends with the endpoint still up (exiting.leave).
+    # Readiness false and the listener closed at once (a balancer moves to another
+    # replica; new requests on open streams are refused), unary calls still sent on open
+    # connections served for the lame duck, then refused too (but those of sequences in
+    # progress), as Triton refuses them while it stops. In-flight requests (unary and
+    # streamed) and sequences in progress are drained, open streams end, the models are
+    # unloaded, and the process ends with the endpoint still up (exiting.leave): its
+    # connections close with it, and nobody gets grpc's CANCELLED.
     log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
     deadline = loop.time() + config.exit_timeout_secs
     runtime.stop_accepting()
     await frontend.set_serving(False)
-    if not await runtime.drain(config.exit_timeout_secs):
+    await frontend.close_listener()
+    await runtime.lame_duck()
+    if not await runtime.drain(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     frontend.close_streams()
     if not await frontend.finish(max(0.0, deadline - loop.time())):

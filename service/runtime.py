@@ -25,9 +25,15 @@ from .telemetry.metrics_latency import LatencyObserver
 from .telemetry.spans import TracingStepRunner
 from .telemetry.tracing import Tracing
 
-__all__ = ["Runtime"]
+__all__ = ["LAME_DUCK_S", "Runtime"]
 
 log = logging.getLogger("service")
+
+#: After SIGTERM closes the listener, unary calls still sent on open connections (a
+#: balancer's kept connection, a gateway's channel) are served this long; then they are
+#: refused as Triton refuses them while it stops (docs/architecture.md, "Start-up and
+#: shutdown"). At most half of --exit-timeout-secs.
+LAME_DUCK_S = 1.0
 
 
 class Runtime:
@@ -54,7 +60,7 @@ class Runtime:
             server_id=config.server_id,
         )
         self.tracing = Tracing(config.trace)
-        self.models.attach_runner(TracingStepRunner(self.core, self.tracing))
+        self.models.attach_runner(TracingStepRunner(self.core.step_runner, self.tracing))
         self._poller: asyncio.Task[None] | None = None
         self._metrics: MetricsEndpoint | None = None
         self._collectors: list[GpuMetrics | CpuMetrics] = []
@@ -99,10 +105,18 @@ class Runtime:
         return await self._metrics.start(metrics.address, metrics.port)
 
     def stop_accepting(self) -> None:
-        """Readiness false and new inferences refused; repository polling ends."""
+        """Readiness false and new stream requests refused; repository polling ends."""
         self.core.stop_accepting()
         if self._poller is not None:
             self._poller.cancel()
+
+    async def lame_duck(self) -> None:
+        """Serve the unary calls still arriving on open connections for the lame duck
+        (the listener is closed by now), then refuse every new inference but those of
+        sequences in progress."""
+        await asyncio.sleep(min(LAME_DUCK_S, self.config.exit_timeout_secs / 2))
+        self.core.refuse_new()
+        log.info("lame duck over: new inference requests are refused")
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the inferences in flight and the sequences in

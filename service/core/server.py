@@ -13,6 +13,7 @@ from .. import SERVER_ID, __version__
 from ..cache import ResponseCache, cache_key
 from ..errors import Internal, ServerError, Unavailable, Unimplemented
 from ..scheduling.base import ExecutionResult, Job, SequenceHolder
+from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
@@ -89,12 +90,25 @@ class InferenceServer:
         self._id = server_id
         self._strict = strict_readiness
         self._cache = cache
-        self._accepting = True
+        self._accepting = True  # new stream requests (see stop_accepting)
+        self._accepting_unary = True  # new unary inferences (see refuse_new)
         self._inflight = InFlight()
 
     def stop_accepting(self) -> None:
-        """From now on readiness is false and new inferences are refused (shutdown)."""
+        """Shutdown begins: readiness is false and new requests on open streams are
+        refused with Triton's STOPPING, except those that continue a sequence in progress.
+        Unary inferences are still served for the lame duck (until ``refuse_new``): the
+        frontend has closed its listener, so one that still arrives was sent on an open
+        connection before its client could know (a balancer's kept connection), and
+        refusing it would fail a request the balancer had no way to send elsewhere."""
         self._accepting = False
+
+    def refuse_new(self) -> None:
+        """The lame duck is over: new unary inferences are refused too, as Triton refuses
+        them while it stops, except those that continue a sequence in progress. The steps
+        of ensembles in flight still run (``step_runner``)."""
+        self._accepting = False
+        self._accepting_unary = False
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` until no inference is in flight and no sequence is in
@@ -175,13 +189,11 @@ class InferenceServer:
         ]
 
     def _lookup(self, request: InferRequest) -> ModelVersion:
-        if not self._accepting:
-            return self._lookup_while_stopping(request)
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
         return self._models.get(request.model_name, request.model_version)
 
-    def _lookup_while_stopping(self, request: InferRequest) -> ModelVersion:
+    def _admit_while_stopping(self, request: InferRequest) -> None:
         """Shutdown: only a request that continues a sequence in progress still gets in
         (Triton refuses new sequences and everything else, and lets those finish)."""
         cid = request.parameters.get("sequence_id")
@@ -193,23 +205,35 @@ class InferenceServer:
             model = self._models.find(request.model_name, request.model_version)
             scheduler = model.scheduler if model is not None else None
             if isinstance(scheduler, SequenceHolder) and scheduler.continues_sequence(cid):
-                assert model is not None
-                return model
+                return
         raise Unavailable(STOPPING).with_request_id(request.id)
 
-    async def stream_infer(
+    @property
+    def step_runner(self) -> StepRunner:
+        """The ensembles' StepRunner: the steps of a request already in flight run on
+        during a drain, when a client's stream request would be refused."""
+        return _Steps(self)
+
+    def stream_infer(
         self, request: InferRequest, record: ExecutionRecord | None = None
     ) -> AsyncIterator[InferResponse]:
-        """Every response for ``request``: one for ordinary models, zero or more for
-        decoupled ones (each marked with ``triton_final_response``).
+        """Every response for ``request`` of a stream: one for ordinary models, zero or
+        more for decoupled ones (each marked with ``triton_final_response``).
 
         ``record`` (traced streams only) receives the execution's timings; with it the
         stream ends only once the model's ``execute`` has returned, not just at the final
         response, so that a trace's compute spans lie within its request span.
         """
+        if not self._accepting:
+            self._admit_while_stopping(request)
+        return self._responses(request, record)
+
+    async def _responses(
+        self, request: InferRequest, record: ExecutionRecord | None
+    ) -> AsyncIterator[InferResponse]:
         model = self._lookup(request)
         if not model.config.model_transaction_policy.decoupled:
-            response = await self.infer(request)
+            response = await self._infer(request)
             if record is not None:
                 record.result = response.timings
             yield response
@@ -235,6 +259,11 @@ class InferenceServer:
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response. A decoupled model is refused, as Triton's ModelInfer
         refuses it: its responses need a stream."""
+        if not self._accepting_unary:
+            self._admit_while_stopping(request)
+        return await self._infer(request)
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.monotonic_ns()
         model = self._lookup(request)
         if model.config.model_transaction_policy.decoupled:
@@ -334,6 +363,18 @@ def _count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | N
     if reason is not None:
         model.stats.record_failure(time.monotonic_ns() - start, reason)
     return reason
+
+
+class _Steps:
+    """``InferenceServer.step_runner``."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        self._core = core
+
+    def stream_infer(
+        self, request: InferRequest, record: ExecutionRecord | None = None
+    ) -> AsyncIterator[InferResponse]:
+        return self._core._responses(request, record)
 
 
 def _response(

@@ -1,8 +1,9 @@
 """The engine process: runtime (models, core, metrics, tracing) behind the channel.
 
 Started by the supervisor (``supervisor.py``), which it tells when it is ready. SIGTERM
-from the supervisor starts the graceful stop, which the engine leads: readiness false and
-new inferences refused (the requests of sequences in progress still served), in-flight
+from the supervisor starts the graceful stop, which the engine leads: readiness false,
+the frontends' listeners closed, new stream requests refused at once and new unary ones
+after the lame duck (the requests of sequences in progress still served), in-flight
 requests and those sequences drained, then every frontend told to close its streams and
 leave, then models unloaded. With --exit-timeout-secs spent first, the engine logs
 Triton's line and exits 1 at once (``exiting.exit_timeout_expired``). The supervisor's
@@ -83,8 +84,9 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
 
     deadline = loop.time() + config.exit_timeout_secs
     runtime.stop_accepting()
-    server.broadcast("stopping", replay=True)
-    if not await runtime.drain(config.exit_timeout_secs):
+    server.broadcast("stopping", replay=True)  # frontends: not serving, listeners closed
+    await runtime.lame_duck()
+    if not await runtime.drain(max(0.0, deadline - loop.time())):
         exit_timeout_expired()  # the frontends lose the engine and leave too
     server.broadcast("drained", max(0.0, deadline - loop.time()), replay=True)
     await server.wait_disconnected(max(0.0, deadline - loop.time()) + 1.0)

@@ -1,10 +1,11 @@
 """A frontend process: the gRPC server (servicer, health, reflection, TLS, restricted
 protocols) over an ``EngineClient``, on the port every frontend shares (SO_REUSEPORT).
 
-It follows the engine: log settings and tracing on/off as broadcast, readiness off when
-the engine starts stopping, streams closed once it has drained, and the process ends
-once their answers have gone out, without grpc's stop (``exiting.py``). Losing the
-engine ends the process with an error (its callers got UNAVAILABLE).
+It follows the engine: log settings and tracing on/off as broadcast, readiness off and
+its listener closed when the engine starts stopping, streams closed once it has drained,
+and the process ends once their answers have gone out, without grpc's stop
+(``exiting.py``). Losing the engine ends the process with an error (its callers got
+UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _follow_logs(logs: LogControl, snapshot: dict[str, Any] | None) -> None:
         logs.update({k: v for k, v in snapshot.items() if k != "log_file"})
 
 
+async def _stopping(frontend: GrpcFrontend) -> None:
+    """The engine's stop began: not serving, and the listener closed at once (this
+    frontend's; the supervisor's holder never listens), so a balancer moves on."""
+    await frontend.set_serving(False)
+    await frontend.close_listener()
+
+
 async def _serve(
     config: ServerConfig,
     index: int,
@@ -98,7 +106,7 @@ async def _serve(
         elif kind == "tracing":
             tracing.active = bool(value)
         elif kind == "stopping":
-            task = loop.create_task(frontend.set_serving(False))
+            task = loop.create_task(_stopping(frontend))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         elif kind == "drained" and not drained.done():

@@ -18,6 +18,7 @@ from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
+from .listener import close_listeners
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
 from .v1_servicer import V1_SERVER_ID, V1Servicer
@@ -121,6 +122,7 @@ class GrpcFrontend:
             core, config.grpc_max_message_bytes, v1_id, header_forward=config.header_forward
         )
         self._health = _Health(core)
+        self._port = 0
         if config.restricted:
             guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             if not quiet:
@@ -153,6 +155,7 @@ class GrpcFrontend:
             raise OSError(f"unable to bind gRPC endpoint {address}: {why}") from exc
         await self._server.start()
         await self.set_serving(True)
+        self._port = port
         return port
 
     async def set_serving(self, serving: bool) -> None:
@@ -177,7 +180,19 @@ class GrpcFrontend:
         waits = (self._servicer.answers.sent(seconds), self._v1.answers.sent(seconds))
         return all(await asyncio.gather(*waits))
 
+    async def close_listener(self) -> bool:
+        """Refuse new connections from now on; open ones are served as before. False
+        where the listener cannot be closed on its own (not Linux): it then stays open
+        until the process ends.
+
+        This is what moves a load balancer off a draining replica: open-source nginx
+        keys only on connection errors, never on a grpc-status, so a refused connect is
+        the one answer it retries on another replica (deploy/nginx/README.md).
+        """
+        return await asyncio.to_thread(close_listeners, self._port) > 0
+
     async def stop(self, grace: float) -> None:
-        """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""
+        """grpc's stop (a start that failed half-way): refuse new RPCs, let in-flight ones
+        finish for up to ``grace`` seconds. A graceful stop does not use it (exiting.py)."""
         await self.set_serving(False)
         await self._server.stop(grace)

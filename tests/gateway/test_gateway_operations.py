@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
+import json
 import signal
 import socket
 import ssl
@@ -415,6 +416,15 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
     return thread, out
 
 
+def _on(conn: http.client.HTTPConnection, method: str, path: str, body: Any = None) -> Reply:
+    """One request on an open keep-alive connection."""
+    data = json.dumps(body) if body is not None else None
+    conn.request(method, path, body=data)
+    response = conn.getresponse()
+    payload = response.read()
+    return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, payload)
+
+
 def test_sigterm_drains_in_flight_requests(fake: FakeService, plain_service: str) -> None:
     fake.delay = 30.0
     gw = GatewayProcess(plain_service, ["--exit-timeout-secs", "20"]).start()
@@ -424,17 +434,25 @@ def test_sigterm_drains_in_flight_requests(fake: FakeService, plain_service: str
             lambda: http_request(gw.url, "POST", "/v2/models/slow/infer", INFER_BODY)
         )
         assert fake.infer_started.wait(10)
+        kept = http.client.HTTPConnection(*gw.url.rsplit(":", 1), timeout=5)
+        kept.request("GET", "/v2/health/live")  # a keep-alive connection open before SIGTERM
+        assert kept.getresponse().read() == b""
         gw.send_signal(signal.SIGTERM)
         time.sleep(0.3)
-        # Not ready at once, without asking the service; live still; new work refused.
+        # New connections are refused (a balancer moves to another replica).
+        with pytest.raises(ConnectionRefusedError):
+            http_request(gw.url, "GET", "/v2/health/live", timeout=5)
+        time.sleep(1.0)  # past the lame-duck second (gateway/__main__.py LAME_DUCK_S)
+        # On the open connection: not ready, without asking the service; live still;
+        # new work refused.
         before = len(fake.calls)
-        ready = http_request(gw.url, "GET", "/v2/health/ready", timeout=5)
-        assert ready.status == 400, ready
+        assert _on(kept, "GET", "/v2/health/ready").status == 400
         assert len(fake.calls) == before
-        assert http_request(gw.url, "GET", "/v2/health/live", timeout=5).status == 200
-        refused = http_request(gw.url, "POST", "/v2/models/m/infer", INFER_BODY, timeout=5)
+        assert _on(kept, "GET", "/v2/health/live").status == 200
+        refused = _on(kept, "POST", "/v2/models/m/infer", INFER_BODY)
         assert refused.status == 503, refused
         assert "stopping" in refused.error
+        kept.close()
         # The in-flight request finishes, then the gateway exits 0.
         fake.release.set()
         thread.join(10)

@@ -19,6 +19,7 @@ from server_process import ServerProcess
 __all__ = [
     "ADD_SUB_IO",
     "HEALTH_CHECK",
+    "HEALTH_WATCH",
     "NOT_SERVING",
     "SERVING",
     "SLOW_WIDTH",
@@ -48,6 +49,7 @@ _HOST_SAMPLE = re.compile(
 
 # grpc.health.v1 by hand: grpcio-health-checking needs protobuf 7, tritonclient protobuf 6.
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 SERVING, NOT_SERVING = 1, 2
 
 

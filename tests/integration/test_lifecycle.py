@@ -1,14 +1,17 @@
 """Graceful shutdown: SIGTERM lets in-flight requests finish, then the process exits 0.
 
 What a request sent after shutdown began sees (measured, and asserted below): on SIGTERM the
-server logs "shutting down" and stops accepting inferences, while the endpoint stays up:
+server logs "shutting down" and closes its listener (a new connection is refused:
+UNAVAILABLE); unary requests on open connections are still served for a lame-duck second
+(a balancer's kept connection), then the server logs "lame duck over" and stops accepting
+inferences, while the endpoint stays up for its open connections:
 - a request that reaches the servicer is refused: UNAVAILABLE "Server is stopping,
   scheduler for model has stopped accepting new inference requests" (Triton's text);
 - once the work in flight is answered and the models are unloaded, the process ends
   without grpc's own shutdown (which would cancel the calls it has received but not yet
   handed over: a bare CANCELLED); the caller of a request sent at that moment sees the
   connection close: UNAVAILABLE, and the next ones "Connection refused": UNAVAILABLE.
-Whichever it is, nothing sent after the log line is served, and nothing is CANCELLED.
+Whichever it is, nothing sent after "lame duck over" is served, and nothing is CANCELLED.
 
 Signals are sent only after one RPC has been answered: the server logs its "Started" line
 before it installs its SIGTERM/SIGINT handlers, so a signal right after that line can still
@@ -144,8 +147,9 @@ async def test_sigterm_drains_in_flight_requests(slow_repository: Path) -> None:
                 sigterm_at = time.monotonic()
                 os.kill(server.pid, signal.SIGTERM)
 
-                # Shutdown has begun: a new request on the same, connected channel is refused.
-                await asyncio.to_thread(wait_for_log, server, "shutting down")
+                # Past the lame-duck second a new request on the same, connected channel
+                # is refused (the listener closed at SIGTERM).
+                await asyncio.to_thread(wait_for_log, server, "lame duck over")
                 with pytest.raises(InferenceServerException) as late:
                     await client.infer("slow", _inputs(xs[0]), request_id="late")
                 _assert_refused(late.value)

@@ -1,21 +1,25 @@
 """Readiness and the SIGTERM sequence, observed from outside with requests in flight.
 
 On SIGTERM the server must: turn readiness false at once (ServerReady, both health
-services), refuse new requests with UNAVAILABLE (unary) or an in-band error (streams),
-let in-flight unary requests and streamed requests finish, end open streams once their
-requests are answered (OK when the client had finished sending, else UNAVAILABLE), and
-exit 0 within --exit-timeout-secs; when an execution outlives that timeout, exit at once
-with 1, as Triton does.
+services, as a Watch sees), close its listener at once (new connections are refused, so a
+load balancer moves to another replica), refuse new requests on open streams in-band at
+once and, after a lame-duck second, new unary requests on open connections with
+UNAVAILABLE (Triton's "Server is stopping"), let in-flight unary requests and streamed
+requests finish, end open streams once their requests are answered (OK when the client
+had finished sending, else UNAVAILABLE), and exit 0 within --exit-timeout-secs; when an
+execution outlives that timeout, exit at once with 1, as Triton does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -23,8 +27,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from integration_support import infer_input, running_server, wait_for_log
+from models import identity_model, make_config, write_model
 from operations_support import (
     HEALTH_CHECK,
+    HEALTH_WATCH,
     NOT_SERVING,
     SERVING,
     decode_health,
@@ -33,7 +39,7 @@ from operations_support import (
     write_add_sub,
     write_slow,
 )
-from server_process import ServerProcess
+from server_process import REPO_ROOT, ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -87,6 +93,26 @@ async def _health(channel: grpc.aio.Channel, service: str) -> int:
     return decode_health(await check(encode_health(service), timeout=5))
 
 
+async def _new_connection_refused(url: str, within: float = 1.0) -> bool:
+    """Whether a call on a new connection (not one shared with the test's other channels)
+    is refused with UNAVAILABLE within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        async with grpc.aio.insecure_channel(url, options=options) as fresh:
+            try:
+                await _health(fresh, "")
+            except grpc.aio.AioRpcError as error:
+                return error.code() == grpc.StatusCode.UNAVAILABLE
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+async def _next_status(watch: Any) -> int:
+    return decode_health(await asyncio.wait_for(watch.read(), 5))
+
+
 async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path) -> None:
     server = ServerProcess([slow_repo]).start()
     try:
@@ -98,6 +124,12 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             assert await _health(channel, "") == SERVING
             assert await _health(channel, SERVICE) == SERVING
+            watches = {
+                name: channel.unary_stream(HEALTH_WATCH)(encode_health(name))
+                for name in ("", SERVICE)
+            }
+            for watch in watches.values():
+                assert await _next_status(watch) == SERVING
             stream = stub.ModelStreamInfer()
             await stream.write(_stream_request(rows, "s1"))
             unary = [
@@ -109,17 +141,26 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             os.kill(server.pid, signal.SIGTERM)
             await asyncio.to_thread(wait_for_log, server, "shutting down")
 
-            # Draining: not ready anywhere, still live, new work refused.
+            # Draining: not ready anywhere (the watches hear it at once), still live; a new
+            # request on the open stream is refused in-band.
+            for watch in watches.values():
+                assert await _next_status(watch) == NOT_SERVING
+                watch.cancel()
             assert await client.is_server_ready() is False
             assert await client.is_server_live() is True
             assert await _health(channel, "") == NOT_SERVING
             assert await _health(channel, SERVICE) == NOT_SERVING
+            await stream.write(_stream_request(1, "s2"))
+            await stream.done_writing()  # all sent: the stream may end with OK
+            # The listener is closed (at once, in the lame duck): a new connection is refused.
+            assert await _new_connection_refused(server.url)
+            # After the lame-duck second a new unary request on the open connection is
+            # refused too, as Triton refuses it while it stops.
+            await asyncio.to_thread(wait_for_log, server, "lame duck over")
             with pytest.raises(InferenceServerException) as late:
                 await client.infer("slow", _inputs(1), request_id="late")
             assert late.value.status() == "StatusCode.UNAVAILABLE"
             assert "Server is stopping" in (late.value.message() or "")
-            await stream.write(_stream_request(1, "s2"))
-            await stream.done_writing()  # all sent: the stream may end with OK
 
             # In-flight work completes; the stream answers both and then ends by itself.
             results = await asyncio.gather(*unary)
@@ -232,3 +273,49 @@ def test_strict_readiness(mixed_repo: Path, strict: bool) -> None:
             ).as_numpy("OUTPUT0"),
             np.full((1, 2), 2.0, np.float32),
         )
+
+
+def _write_wait_then_copy(repo: Path) -> None:
+    """Ensemble 'wait_then_copy': sleepy (a Python model sleeping DELAY_MS) hands its END
+    time to 'copy_end' (ONNX Identity), whose output is the ensemble's OUT."""
+    shutil.copytree(REPO_ROOT / "tests" / "python_models" / "sleepy", repo / "sleepy")
+    fp64 = [("INPUT0", "FP64", [1])], [("OUTPUT0", "FP64", [1])]
+    write_model(repo, "copy_end", identity_model("FP64", [1]), make_config("copy_end", *fp64))
+    steps = (
+        '{ model_name: "sleepy" model_version: -1 input_map { key: "DELAY_MS" value: "DELAY_MS" }'
+        ' output_map { key: "END" value: "end" } },\n'
+        '{ model_name: "copy_end" model_version: -1 input_map { key: "INPUT0" value: "end" }'
+        ' output_map { key: "OUTPUT0" value: "OUT" } }'
+    )
+    config = make_config(
+        "wait_then_copy",
+        [("DELAY_MS", "INT32", [1])],
+        [("OUT", "FP64", [1])],
+        platform="ensemble",
+        instance_kind=None,
+        extra=f"ensemble_scheduling {{ step [\n{steps}\n] }}",
+    )
+    (repo / "wait_then_copy" / "1").mkdir(parents=True)
+    (repo / "wait_then_copy" / "config.pbtxt").write_text(config)
+
+
+async def test_an_ensemble_in_flight_runs_its_later_steps(tmp_path: Path) -> None:
+    """SIGTERM while an ensemble's first step runs: its second step starts during the
+    drain and the request completes (the steps bypass the refusal of new stream work)."""
+    _write_wait_then_copy(tmp_path)
+    server = ServerProcess([tmp_path]).start()
+    try:
+        delay = grpcclient.InferInput("DELAY_MS", [1], "INT32")
+        async with aioclient.InferenceServerClient(server.url) as client:
+            delay.set_data_from_numpy(np.array([1], np.int32))
+            await client.infer("wait_then_copy", [delay])  # warm-up: both steps loaded
+            delay.set_data_from_numpy(np.array([1500], np.int32))
+            in_flight = asyncio.create_task(client.infer("wait_then_copy", [delay]))
+            await asyncio.sleep(0.5)  # the first step is sleeping
+            sent_at = time.time()
+            os.kill(server.pid, signal.SIGTERM)
+            result = await in_flight
+        assert result.as_numpy("OUT")[0] > sent_at  # sleepy's END, copied by step two
+        assert await asyncio.to_thread(_wait_exit, server, 30) == 0, server.log
+    finally:
+        server.kill()

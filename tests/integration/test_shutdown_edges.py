@@ -4,9 +4,10 @@
   process ends without grpc's own shutdown, which cancelled the calls grpc had received but
   not handed over yet (5-12 CANCELLED per stop with 8 busy clients, before).
 - A sequence started before SIGTERM finishes: its remaining requests are served during
-  the drain and the server waits for its END, while new sequences and other requests are
-  refused with Triton's "Server is stopping, ..." (Triton keeps accepting the requests
-  of active sequences while it shuts down).
+  the lame-duck second and the drain after it, and the server waits for its END, while
+  after the lame duck new sequences and other requests are refused with Triton's "Server
+  is stopping, ..." (Triton keeps accepting the requests of active sequences while it
+  shuts down).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ def test_a_sequence_in_progress_finishes_during_shutdown(server: ServerProcess) 
         server.send_signal(signal.SIGTERM)
         wait_for_log(server, "shutting down")
         assert _sum(client, 2) == 3  # the sequence goes on
+        wait_for_log(server, "lame duck over")  # new unary requests are refused from here
+        assert _sum(client, 3) == 6  # and still goes on
         for refused in (
             lambda: client.infer("accum", _value(5), sequence_id=8, sequence_start=True),
             lambda: client.infer("add_sub", add_sub_inputs(*[np.ones((1, 4), np.float32)] * 2)),
@@ -122,7 +125,7 @@ def test_a_sequence_in_progress_finishes_during_shutdown(server: ServerProcess) 
             assert STOPPING in (info.value.message() or "")
         time.sleep(0.5)
         assert server._proc is not None and server._proc.poll() is None  # waits for END
-        assert _sum(client, 4, sequence_end=True) == 7
+        assert _sum(client, 4, sequence_end=True) == 10
     assert server.wait(30) == 0, server.log
     log = server.log
     assert log.index("shutting down") < log.index("server stopped")

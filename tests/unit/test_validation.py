@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from inference import model_config_pb2 as mc
 from service import datatypes
 from service.core.model import ModelState, ModelVersion, io_specs
-from service.core.server import InferenceServer
+from service.core.server import STOPPING, InferenceServer
 from service.core.validation import build_outputs, prepare_job
 from service.errors import (
     Internal,
@@ -642,16 +642,30 @@ async def test_infer_refused_by_scheduler_is_not_a_failure() -> None:
     assert model.stats.fail.count == 0
 
 
-async def test_infer_after_stop_accepting_is_unavailable() -> None:
+async def test_after_stop_accepting_streams_are_refused_and_unary_requests_served() -> None:
+    """Shutdown: not ready; a request on an open stream is refused; during the lame duck
+    a unary request that still reaches the core (a balancer's kept connection) is served;
+    after it (``refuse_new``) it is refused too, while an ensemble step of a request in
+    flight is still served."""
     scheduler = FakeScheduler()
     server, _ = make_server(scheduler)
     assert server.is_ready()
     server.stop_accepting()
     assert not server.is_ready()
     with pytest.raises(Unavailable) as info:
-        await server.infer(request(good_inputs(), id="late"))
-    assert info.value.message == (
-        "[request id: late] Server is stopping, scheduler for model has stopped accepting new "
-        "inference requests"
-    )
+        server.stream_infer(request(good_inputs(), id="late"))
+    assert info.value.message == f"[request id: late] {STOPPING}"
     assert scheduler.jobs == []
+    response = await server.infer(request(good_inputs(), id="straggler"))
+    assert response.id == "straggler"
+    # The steps of an ensemble already in flight go through the step runner.
+    steps = [r async for r in server.step_runner.stream_infer(request(good_inputs(), id="s"))]
+    assert [r.id for r in steps] == ["s"]
+    assert len(scheduler.jobs) == 2
+    server.refuse_new()
+    with pytest.raises(Unavailable) as refused:
+        await server.infer(request(good_inputs(), id="later"))
+    assert refused.value.message == f"[request id: later] {STOPPING}"
+    steps = [r async for r in server.step_runner.stream_infer(request(good_inputs(), id="t"))]
+    assert [r.id for r in steps] == ["t"]
+    assert len(scheduler.jobs) == 3
