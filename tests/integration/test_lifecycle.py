@@ -141,8 +141,9 @@ async def test_sigterm_drains_in_flight_requests(slow_repository: Path) -> None:
             tasks = [asyncio.create_task(infer(i)) for i in range(IN_FLIGHT)]
             try:
                 # The one model instance works through them one at a time (~IN_FLIGHT x
-                # single seconds). Give them time to reach the server, well short of that.
-                await asyncio.sleep(min(max(single, 0.2), 1.0))
+                # single seconds: 0.04 s each on an idle fast machine, up to 1 s on a busy
+                # one). Give them time to reach the server (4 KB each), well short of that.
+                await asyncio.sleep(min(single / 2, 1.0))
                 assert len(finished) < IN_FLIGHT, "all requests done before SIGTERM"
                 sigterm_at = time.monotonic()
                 os.kill(server.pid, signal.SIGTERM)
