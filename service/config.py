@@ -81,6 +81,7 @@ class ServerConfig:
     grpc_reuse_port: bool = False
     strict_readiness: bool = True
     exit_timeout_secs: float = 30.0
+    lame_duck_secs: float = 0.0  # after SIGTERM, unary calls on open connections served
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
@@ -174,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish",
+    )
+    add(
+        "--lame-duck-secs",
+        type=float,
+        default=0.0,
+        help="after SIGTERM closes the listener, still serve new unary requests on open "
+        "connections this long (behind a balancer that keeps connections); 0: refuse them "
+        "at once, as Triton",
     )
     add(
         "--model-control-mode",
@@ -342,6 +351,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--frontends must be in 0..256")
     if args.metrics_interval_ms <= 0:
         parser.error("--metrics-interval-ms must be positive")
+    if args.lame_duck_secs < 0:
+        parser.error("--lame-duck-secs must be >= 0")
     if args.max_instances_per_model < 1:
         parser.error("--max-instances-per-model must be at least 1")
     try:
@@ -361,6 +372,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         grpc_reuse_port=args.reuse_grpc_port,
         strict_readiness=args.strict_readiness,
         exit_timeout_secs=args.exit_timeout_secs,
+        lame_duck_secs=args.lame_duck_secs,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         repository_poll_secs=args.repository_poll_secs,

@@ -25,15 +25,9 @@ from .telemetry.metrics_latency import LatencyObserver
 from .telemetry.spans import TracingStepRunner
 from .telemetry.tracing import Tracing
 
-__all__ = ["LAME_DUCK_S", "Runtime"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger("service")
-
-#: After SIGTERM closes the listener, unary calls still sent on open connections (a
-#: balancer's kept connection, a gateway's channel) are served this long; then they are
-#: refused as Triton refuses them while it stops (docs/architecture.md, "Start-up and
-#: shutdown"). At most half of --exit-timeout-secs.
-LAME_DUCK_S = 1.0
 
 
 class Runtime:
@@ -105,18 +99,28 @@ class Runtime:
         return await self._metrics.start(metrics.address, metrics.port)
 
     def stop_accepting(self) -> None:
-        """Readiness false and new stream requests refused; repository polling ends."""
+        """Readiness false and new stream requests refused; new unary ones too unless a
+        lame duck is set (``lame_duck``); repository polling ends."""
         self.core.stop_accepting()
+        if self._lame_duck_s() == 0:
+            self.core.refuse_new()  # before the listener closes: nothing slips in
         if self._poller is not None:
             self._poller.cancel()
 
     async def lame_duck(self) -> None:
-        """Serve the unary calls still arriving on open connections for the lame duck
-        (the listener is closed by now), then refuse every new inference but those of
-        sequences in progress."""
-        await asyncio.sleep(min(LAME_DUCK_S, self.config.exit_timeout_secs / 2))
-        self.core.refuse_new()
-        log.info("lame duck over: new inference requests are refused")
+        """With --lame-duck-secs (at most half of --exit-timeout-secs): serve the unary
+        calls still arriving on open connections that long (the listener is closed by
+        now: a balancer's kept connection may carry one it had no way to send elsewhere),
+        then refuse every new inference but those of sequences in progress, as Triton
+        does from the signal on (its default, 0)."""
+        seconds = self._lame_duck_s()
+        if seconds:
+            await asyncio.sleep(seconds)
+            self.core.refuse_new()
+        log.info("lame duck over (%gs): new inference requests are refused", seconds)
+
+    def _lame_duck_s(self) -> float:
+        return min(self.config.lame_duck_secs, self.config.exit_timeout_secs / 2)
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the inferences in flight and the sequences in

@@ -35,6 +35,8 @@ from gateway_process import GatewayProcess
 __all__ = ["AccessRecord", "Balancer", "Cluster", "Replica", "find_nginx", "nginx_missing"]
 
 SEQUENCE_HEADER = "triton-sequence-id"
+#: What a replica behind nginx runs with (deploy/k8s/deployment.yaml does the same).
+LAME_DUCK_ARGS = ("--lame-duck-secs", "1")
 
 
 def find_nginx() -> str | None:
@@ -108,7 +110,9 @@ class Replica:
 
     def start(self) -> Self:
         ports = ["--grpc-port", str(self.grpc_port)] if self.grpc_port else []
-        self.service = ServerProcess(self._repositories, [*self._service_args, *ports]).start()
+        # Behind nginx's kept connections (each for at most 300 ms): a lame-duck second.
+        args = [*LAME_DUCK_ARGS, *self._service_args, *ports]
+        self.service = ServerProcess(self._repositories, args).start()
         self.grpc_port = self.service.port
         if self._with_gateway:
             ports = ["--http-port", str(self.http_port)] if self.http_port else []

@@ -7,7 +7,7 @@ after the lame duck (the requests of sequences in progress still served), in-fli
 requests and those sequences drained, then every frontend told to close its streams and
 leave, then models unloaded. With --exit-timeout-secs spent first, the engine logs
 Triton's line and exits 1 at once (``exiting.exit_timeout_expired``). The supervisor's
-pipe closing (the parent died) stops the engine too.
+pipe closing (the parent was killed) ends the engine at once, with exit code 1.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 from .. import loop
 from ..config import ServerConfig
-from ..exiting import exit_timeout_expired
+from ..exiting import exit_timeout_expired, leave
 from ..runtime import Runtime
 from ..telemetry.logs import LogControl
 from .server import EngineServer
@@ -60,9 +60,11 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
         try:
             parent.recv()
         except (EOFError, OSError):
-            loop.remove_reader(parent.fileno())
+            # The supervisor was killed: so is the server. No graceful stop (it would
+            # wait for the lame duck and the sequences in progress); the frontends lose
+            # the engine and leave too, their callers get UNAVAILABLE.
             log.error("the supervisor process is gone: stopping the engine")
-            stop.set()
+            leave(1)
 
     runtime = Runtime(config)
     if not await runtime.start_models():

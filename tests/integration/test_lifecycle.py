@@ -1,9 +1,8 @@
 """Graceful shutdown: SIGTERM lets in-flight requests finish, then the process exits 0.
 
 What a request sent after shutdown began sees (measured, and asserted below): on SIGTERM the
-server logs "shutting down" and closes its listener (a new connection is refused:
-UNAVAILABLE); unary requests on open connections are still served for a lame-duck second
-(a balancer's kept connection), then the server logs "lame duck over" and stops accepting
+server logs "shutting down", closes its listener (a new connection is refused:
+UNAVAILABLE), logs "lame duck over" (at once: no --lame-duck-secs here) and stops accepting
 inferences, while the endpoint stays up for its open connections:
 - a request that reaches the servicer is refused: UNAVAILABLE "Server is stopping,
   scheduler for model has stopped accepting new inference requests" (Triton's text);

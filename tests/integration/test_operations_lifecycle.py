@@ -2,9 +2,9 @@
 
 On SIGTERM the server must: turn readiness false at once (ServerReady, both health
 services, as a Watch sees), close its listener at once (new connections are refused, so a
-load balancer moves to another replica), refuse new requests on open streams in-band at
-once and, after a lame-duck second, new unary requests on open connections with
-UNAVAILABLE (Triton's "Server is stopping"), let in-flight unary requests and streamed
+load balancer moves to another replica), refuse new requests on open streams in-band and
+new unary requests on open connections with UNAVAILABLE (Triton's "Server is stopping";
+the unary ones after --lame-duck-secs, 0 here), let in-flight unary requests and streamed
 requests finish, end open streams once their requests are answered (OK when the client
 had finished sending, else UNAVAILABLE), and exit 0 within --exit-timeout-secs; when an
 execution outlives that timeout, exit at once with 1, as Triton does.
@@ -152,10 +152,10 @@ async def test_sigterm_sequence_with_unary_and_stream_in_flight(slow_repo: Path)
             assert await _health(channel, SERVICE) == NOT_SERVING
             await stream.write(_stream_request(1, "s2"))
             await stream.done_writing()  # all sent: the stream may end with OK
-            # The listener is closed (at once, in the lame duck): a new connection is refused.
+            # The listener is closed at once: a new connection is refused.
             assert await _new_connection_refused(server.url)
-            # After the lame-duck second a new unary request on the open connection is
-            # refused too, as Triton refuses it while it stops.
+            # A new unary request on the open connection is refused too, as Triton
+            # refuses it while it stops (after the lame duck, none here).
             await asyncio.to_thread(wait_for_log, server, "lame duck over")
             with pytest.raises(InferenceServerException) as late:
                 await client.infer("slow", _inputs(1), request_id="late")

@@ -130,3 +130,42 @@ def test_a_sequence_in_progress_finishes_during_shutdown(server: ServerProcess) 
     log = server.log
     assert log.index("shutting down") < log.index("server stopped")
     assert "Exit timeout expired" not in log
+
+
+def _new_connection_refused(url: str) -> bool:
+    """A call on a connection of its own (no subchannel shared with other channels)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(url, options=options) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=5)
+        except grpc.RpcError as error:
+            return error.code() == grpc.StatusCode.UNAVAILABLE
+    return False
+
+
+def test_the_lame_duck_serves_open_connections_then_refuses(repository: Path) -> None:
+    """--lame-duck-secs: the listener closes at SIGTERM, while unary requests on an open
+    connection are still served (a balancer's kept connection); after it they get Triton's
+    refusal. Without it (the default, as Triton) they are refused at once (see above)."""
+    server = ServerProcess(
+        [repository], extra_args=["--exit-timeout-secs", "30", "--lame-duck-secs", "3"]
+    ).start()
+    try:
+        inputs = add_sub_inputs(*[np.ones((1, 4), np.float32)] * 2)
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert _sum(client, 1, sequence_start=True) == 1  # holds the drain open
+            server.send_signal(signal.SIGTERM)
+            wait_for_log(server, "shutting down")
+            assert client.infer("add_sub", inputs).as_numpy("OUTPUT0") is not None
+            assert _new_connection_refused(server.url)
+            assert client.infer("add_sub", inputs).as_numpy("OUTPUT0") is not None
+            wait_for_log(server, "lame duck over (3s)")
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("add_sub", inputs)
+            assert info.value.status() == "StatusCode.UNAVAILABLE"
+            assert STOPPING in (info.value.message() or "")
+            assert _sum(client, 2, sequence_end=True) == 3
+        assert server.wait(30) == 0, server.log
+    finally:
+        server.kill()
