@@ -97,10 +97,11 @@ class InferenceServer:
     def stop_accepting(self) -> None:
         """Shutdown begins: readiness is false and new requests on open streams are
         refused with Triton's STOPPING, except those that continue a sequence in progress.
-        Unary inferences are still served for the lame duck (until ``refuse_new``): the
-        frontend has closed its listener, so one that still arrives was sent on an open
-        connection before its client could know (a balancer's kept connection), and
-        refusing it would fail a request the balancer had no way to send elsewhere."""
+        Unary inferences are still served until ``refuse_new`` (at once, unless
+        --lame-duck-secs): the frontend has closed its listener, so one that still arrives
+        was sent on an open connection before its client could know (a balancer's kept
+        connection), and refusing it would fail a request the balancer could not send
+        elsewhere."""
         self._accepting = False
 
     def refuse_new(self) -> None:

@@ -11,8 +11,10 @@ import asyncio
 import json
 import math
 import os
+import re
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -489,6 +491,22 @@ def test_reload_under_load_loses_no_request(
     ec.unload_model("busy")
 
 
+def _metrics_url(server: ServerProcess) -> str:
+    found = re.search(r"Started Metrics Service at ([^\s]+)", server.log)
+    assert found is not None, server.log
+    return f"http://{found.group(1)}/metrics"
+
+
+def _pending_requests(url: str, model: str) -> int:
+    """Triton's nv_inference_pending_request_count: requests queued or executing."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    prefix = f'nv_inference_pending_request_count{{model="{model}",'
+    return sum(
+        int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines() if line.startswith(prefix)
+    )
+
+
 async def test_unload_while_requests_in_flight(explicit_server: ServerProcess) -> None:
     rng = np.random.default_rng(7)
     batch = rng.standard_normal((SLOW_BATCH, SLOW_WIDTH), dtype=np.float32)
@@ -507,9 +525,17 @@ async def test_unload_while_requests_in_flight(explicit_server: ServerProcess) -
         count = min(64, max(4, math.ceil(0.5 / max(one, 1e-3))))
 
         in_flight = [asyncio.create_task(call()) for _ in range(count)]
-        # Once one of them is answered, the others (sent at the same moment over the same
-        # channel) are in the server: queued behind the single instance, or running.
-        _, pending = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        # Unload once every request is in the server (queued behind the single instance,
+        # or running) or answered: a fast machine answers the first ones while the client
+        # is still sending the later ones (3 MB each).
+        metrics = _metrics_url(explicit_server)
+        while True:
+            answered = sum(task.done() for task in in_flight)
+            waiting = await asyncio.to_thread(_pending_requests, metrics, "slow")
+            if waiting + answered >= count:
+                break
+            await asyncio.sleep(0.005)
+        pending = [task for task in in_flight if not task.done()]
         assert pending, f"all requests finished before the unload ({one:.3f}s each)"
         await client.unload_model("slow")
         # Every request accepted before the unload is answered, and answered right (their
