@@ -44,7 +44,9 @@ class InputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    raw: bytes | None = None
+    # bytes from the wire; a memoryview of a frontend's shared-memory slab in the engine
+    # process (valid until the request's answer has been sent).
+    raw: bytes | memoryview | None = None
     contents: Array | None = None
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
 
@@ -67,11 +69,16 @@ class InferRequest:
 
 @dataclass(slots=True)
 class OutputTensor:
-    """A computed output. BF16 arrays hold raw 16-bit patterns (see ``datatypes``)."""
+    """A computed output. BF16 arrays hold raw 16-bit patterns (see ``datatypes``).
+
+    ``wire``: the output already in its wire form (a frontend process receives outputs
+    so from the engine); ``array`` then only carries the shape.
+    """
 
     name: str
     datatype: str
     array: Array
+    wire: bytes | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
