@@ -31,13 +31,19 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UINT64_MAX = 2**64 - 1
 
 
+_SHM_REGION = "shared_memory_region"
+_SHM_SIZES = ("shared_memory_offset", "shared_memory_byte_size")
+
+
 @dataclass(slots=True)
 class InferCall:
-    """The RPC request, plus how each output goes back (binary part or JSON data)."""
+    """The RPC request, plus how each output goes back (binary part, JSON data, or
+    nothing: an output in shared memory is written there by the service)."""
 
     request: pb.ModelInferRequest
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
+    shared_memory: set[str] = field(default_factory=set)
 
     def output_is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
@@ -157,15 +163,20 @@ def _decode_input(
         raise GatewayError(400, f"Unable to parse 'shape' of {where}: expected non-negative ints")
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
     params = _parameters(spec.get("parameters", {}), where)
-    sources: list[str] = [k for k in ("binary_data_size", "shared_memory_region") if k in params]
+    sources = [k for k in ("binary_data_size", _SHM_REGION) if k in params]
     if "data" in spec:
         sources.insert(0, "data")
-    if len(sources) != 1:
+    if len(sources) != 1:  # Triton's ValidateInputContentType
+        found = " set " + " ".join(f"'{k}'" for k in sources) if sources else " no field is set"
         raise GatewayError(
             400,
-            f"{where} must set exactly one of 'data', 'binary_data_size' or "
-            f"'shared_memory_region' in 'parameters'; it sets {sources or 'none'}",
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But" + found,
         )
+    if sources[0] == _SHM_REGION:
+        _check_shared_memory(params)
+        # Triton's HTTP frontend reads a missing byte size as 0; the gRPC form needs it.
+        params = {"shared_memory_byte_size": 0, **params}
     for key, value in params.items():
         if key != "binary_data_size":
             set_parameter(tensor.parameters[key], value, f"parameter '{key}' of {where}")
@@ -176,15 +187,36 @@ def _decode_input(
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise GatewayError(400, f"Unable to parse 'binary_data_size' of {where}")
         request.raw_input_contents.append(binary.take(size, name))
-    else:
-        request.raw_input_contents.append(b"")  # the service resolves the region
+    # a shared-memory input takes no raw_input_contents entry: the service reads the region
+
+
+def _check_shared_memory(params: dict[str, Any]) -> None:
+    """Triton's CheckSharedMemoryData: a string region, unsigned offset and byte size."""
+    if not isinstance(params[_SHM_REGION], str):
+        raise GatewayError(400, f"Unable to parse '{_SHM_REGION}'")
+    for key in _SHM_SIZES:
+        value = params.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise GatewayError(400, f"Unable to parse '{key}'")
 
 
 def _decode_output(call: InferCall, item: Any, index: int) -> None:
     spec = _object(item, f"outputs[{index}]", _OUTPUT_KEYS)
     name = _string(spec.get("name"), f"'name' of outputs[{index}]")
     tensor = call.request.outputs.add(name=name)
-    for key, value in _parameters(spec.get("parameters", {}), f"output '{name}'").items():
+    params = _parameters(spec.get("parameters", {}), f"output '{name}'")
+    if _SHM_REGION in params:  # Triton's ValidateOutputParameter
+        if "classification" in params:
+            raise GatewayError(
+                400, "Output can't set both 'shared_memory_region' and 'classification'"
+            )
+        if params.get("binary_data") is True:
+            raise GatewayError(
+                400, "Output can't set both 'shared_memory_region' and 'binary_data'"
+            )
+        _check_shared_memory(params)
+        call.shared_memory.add(name)
+    for key, value in params.items():
         if key == "binary_data":
             call.binary[name] = _flag(value, "binary_data")
         else:
@@ -218,6 +250,9 @@ def encode_infer(response: pb.ModelInferResponse, call: InferCall) -> tuple[byte
             "datatype": tensor.datatype,
             "shape": list(tensor.shape),
         }
+        if tensor.name in call.shared_memory:  # written into its region: no data here
+            outputs.append(out)
+            continue
         params = _json_parameters(tensor.parameters) if tensor.parameters else {}
         data = raw[index] if index < len(raw) else _contents_bytes(tensor)
         if call.output_is_binary(tensor.name):

@@ -28,6 +28,8 @@ def _request(*inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"inputs": [*inputs, second] if inputs else [_input(), second], **extra}
 
 
+SHM_OUT = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+
 # (case id, body, fragment the error must contain)
 BAD_INFER_BODIES: list[tuple[str, Any, str]] = [
     ("malformed-json", b'{"inputs": [', "malformed JSON"),
@@ -58,9 +60,49 @@ BAD_INFER_BODIES: list[tuple[str, Any, str]] = [
     (
         "data-and-binary",
         _request(_input(parameters={"binary_data_size": 8})),
-        "exactly one of 'data', 'binary_data_size'",
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size'",
     ),
-    ("no-data", _request(_input(data=None)), "exactly one of"),
+    ("no-data", _request(_input(data=None)), "'parameters'. But no field is set"),
+    (
+        "shm-region-not-a-string",
+        _request(_input(data=None, parameters={"shared_memory_region": 3})),
+        "Unable to parse 'shared_memory_region'",
+    ),
+    (
+        "shm-negative-offset",
+        _request(
+            _input(
+                data=None,
+                parameters={"shared_memory_region": "r", "shared_memory_offset": -4},
+            )
+        ),
+        "Unable to parse 'shared_memory_offset'",
+    ),
+    (
+        "shm-output-and-binary",
+        _request(
+            outputs=[
+                {
+                    "name": "OUTPUT0",
+                    "parameters": {"shared_memory_region": "r", "binary_data": True},
+                }
+            ]
+        ),
+        "Output can't set both 'shared_memory_region' and 'binary_data'",
+    ),
+    (
+        "shm-output-and-classification",
+        _request(
+            outputs=[
+                {
+                    "name": "OUTPUT0",
+                    "parameters": {"shared_memory_region": "r", "classification": 2},
+                }
+            ]
+        ),
+        "Output can't set both 'shared_memory_region' and 'classification'",
+    ),
     (
         "binary-size-not-int",
         _request(_input(data=None, parameters={"binary_data_size": "8"})),
@@ -140,8 +182,36 @@ BAD_PLAIN_REQUESTS = [
         {"parameters": {"unload_dependents": None}},
         "unload_dependents",
     ),
-    ("POST", "/v2/systemsharedmemory/region/r/register", {"byte_size": -1}, "out of range"),
-    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": "@@"}}, "base64"),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"key": "/k", "byte_size": -1},
+        "out of range",
+    ),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"byte_size": 8},
+        "Shared memory register request has no 'key' field",
+    ),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"key": "/k"},
+        "Shared memory register request has no 'byte_size' field",
+    ),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"device_id": 0, "byte_size": 8},
+        "Shared memory register request has no 'raw_handle' field",
+    ),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"raw_handle": {"b64": "@@"}},
+        "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+    ),
     ("POST", "/v2/logging", {"log_info": [True]}, "log_info"),
 ]
 
