@@ -29,22 +29,23 @@ __all__ = ["RequestRegions", "bind_request", "uses_shared_memory"]
 REGION = "shared_memory_region"
 OFFSET = "shared_memory_offset"
 BYTE_SIZE = "shared_memory_byte_size"
-_KEYS = (REGION, OFFSET, BYTE_SIZE)
 
 # Copies of at most this many bytes run on the event loop; larger ones in a worker thread.
 INLINE_COPY_BYTES = 64 * 1024
 
 
-def _mentions(parameters: Mapping[str, object]) -> bool:
-    return bool(parameters) and any(key in parameters for key in _KEYS)
-
-
 def uses_shared_memory(request: InferRequest) -> bool:
-    """Whether any tensor of ``request`` names shared memory (cheap: most have no
-    tensor parameters at all)."""
-    return any(_mentions(t.parameters) for t in request.inputs) or any(
-        _mentions(o.parameters) for o in request.outputs
-    )
+    """Whether any tensor of ``request`` names shared memory. On the hot path: a plain
+    loop that stops at the first empty check (most tensors have no parameters)."""
+    for tensor in request.inputs:
+        params = tensor.parameters
+        if params and (REGION in params or OFFSET in params or BYTE_SIZE in params):
+            return True
+    for output in request.outputs:
+        params = output.parameters
+        if params and (REGION in params or OFFSET in params or BYTE_SIZE in params):
+            return True
+    return False
 
 
 def _is_int(value: object) -> bool:
