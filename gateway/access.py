@@ -24,11 +24,12 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 
 #: Which RPCs (and so which routes) each group covers: the same table as the service's
 #: ``service/handlers/access.py`` (a unit test keeps them equal; the gateway does not
-#: import the service).
+#: import the service). The legacy v1 RPCs join the groups of the same meaning; v1 Status
+#: is in every group whose answers it carries (metadata, model-config, statistics).
 GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    "health": ("ServerLive", "ServerReady", "ModelReady"),
-    "metadata": ("ServerMetadata", "ModelMetadata"),
-    "inference": ("ModelInfer", "ModelStreamInfer"),
+    "health": ("ServerLive", "ServerReady", "ModelReady", "Health"),
+    "metadata": ("ServerMetadata", "ModelMetadata", "Status"),
+    "inference": ("ModelInfer", "ModelStreamInfer", "Infer", "StreamInfer"),
     "shared-memory": (
         "SystemSharedMemoryStatus",
         "SystemSharedMemoryRegister",
@@ -36,10 +37,17 @@ GROUP_METHODS: dict[str, tuple[str, ...]] = {
         "CudaSharedMemoryStatus",
         "CudaSharedMemoryRegister",
         "CudaSharedMemoryUnregister",
+        "SharedMemoryControl",
     ),
-    "model-config": ("ModelConfig",),
-    "model-repository": ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"),
-    "statistics": ("ModelStatistics",),
+    "model-config": ("ModelConfig", "Status"),
+    "model-repository": (
+        "RepositoryIndex",
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+        "ModelControl",
+        "Repository",
+    ),
+    "statistics": ("ModelStatistics", "Status"),
     "trace": ("TraceSetting",),
     "logging": ("LogSettings",),
 }
@@ -57,7 +65,7 @@ class Access:
     """The per-RPC restriction table, and the metadata to forward for a request."""
 
     def __init__(self, rules: Iterable[RestrictedApi]) -> None:
-        self._by_rpc: dict[str, _Rule] = {}
+        self._by_rpc: dict[str, list[_Rule]] = {}
         self._keys: list[str] = []
         for rule in rules:
             message = f"This API is restricted, expecting header '{rule.key}'"
@@ -65,20 +73,24 @@ class Access:
             self._keys.append(rule.key)
             for group in rule.groups:
                 for rpc in GROUP_METHODS[group]:
-                    self._by_rpc[rpc] = checked
+                    guards = self._by_rpc.setdefault(rpc, [])
+                    if checked not in guards:
+                        guards.append(checked)
 
     def restricted(self, rpc: str) -> bool:
         return rpc in self._by_rpc
 
     def check(self, rpc: str, headers: Mapping[str, str]) -> None:
-        """Raise 403 unless the request carries the key its route's group needs."""
-        rule = self._by_rpc.get(rpc)
-        if rule is None:
+        """Raise 403 unless the request carries the key of every group that restricts its
+        route (one group, except for v1 Status)."""
+        rules = self._by_rpc.get(rpc)
+        if rules is None:
             return
-        got = headers.get(rule.header)
-        # latin-1: how the ASGI header bytes were decoded (app.py), so bytes round-trip.
-        if got is None or not hmac.compare_digest(got.encode("latin-1"), rule.expected):
-            raise GatewayError(403, rule.message)
+        for rule in rules:
+            got = headers.get(rule.header)
+            # latin-1: how the ASGI header bytes were decoded (app.py), so bytes round-trip.
+            if got is None or not hmac.compare_digest(got.encode("latin-1"), rule.expected):
+                raise GatewayError(403, rule.message)
 
     def metadata(self, headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """gRPC metadata for the calls a request makes: its W3C trace context, and the

@@ -28,7 +28,7 @@ from .config import GatewayConfig, GrpcTls
 from .errors import GatewayError
 from .handlers import Handlers, HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
-from .routes import Binding, Route, Router, load_routes
+from .routes import Binding, Route, Router, load_routes, load_v1_routes
 from .tracing import TRACED_RPCS, Tracing
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class GatewayApp:
 
     def __init__(self, config: GatewayConfig, routes: list[Route] | None = None) -> None:
         self.config = config
-        self.router = Router(routes if routes is not None else load_routes())
+        self.router = Router(routes if routes is not None else load_routes() + load_v1_routes())
         self.document = openapi_document(self.router.routes, _version())
         self._static = {
             b"/openapi.json": HttpResponse(200, orjson.dumps(self.document), [_JSON]),
@@ -180,7 +180,9 @@ class GatewayApp:
             else:
                 route, binding, params = self.router.match(method, raw_path)
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-                request = HttpRequest(method, raw_path, headers)
+                request = HttpRequest(
+                    method, raw_path, headers, query=scope.get("query_string", b"")
+                )
                 if self.tracing.active and route.rpc in TRACED_RPCS:  # the one check while off
                     request.trace = self._begin_span(request, binding, params)
                 response = await self._respond(route, binding, params, request, receive)

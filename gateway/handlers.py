@@ -30,6 +30,7 @@ from .header_forward import forward_headers
 from .protojson import build_request, render_response
 from .routes import Binding, Route
 from .shared_memory import BODY_CHECKS
+from .v1_http import V1Handlers
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class HttpRequest:
     metadata: tuple[tuple[str, str], ...] = ()
     #: The gateway's span for this request when it is traced (inference routes only).
     trace: RequestSpan | None = None
+    #: The query string, undecoded (only the v1 API reads it: ``?format=``).
+    query: bytes = b""
 
 
 @dataclass(slots=True)
@@ -102,6 +105,7 @@ class Handlers:
         self._header_forward = header_forward
         self._target = target
         self._on_trace_setting = on_trace_setting
+        self._v1 = V1Handlers(channel, target)
 
     async def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
@@ -110,6 +114,9 @@ class Handlers:
             return await self._infer(params, request)
         if route.codec == hr.HTTP_CODEC_GENERATE:
             return await self._generate(binding, params, request)
+        if route.codec == hr.HTTP_CODEC_V1:
+            status, out, headers = await self._v1.handle(route, binding, params, request)
+            return HttpResponse(status, out, headers)
         body = None
         if binding.body and request.body.strip():
             body = load_json(request.body, "the request body")

@@ -89,7 +89,94 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
+_NV_STATUS = {
+    "NV-Status": {
+        "description": "The outcome: a RequestStatus (code, msg, server_id, request_id) "
+        "as one-line text protobuf",
+        "schema": {"type": "string"},
+    }
+}
+
+
+def _v1_responses(route: Route, binding: Binding) -> dict[str, Any]:
+    """The legacy v1 API: status in the NV-Status header, protobuf bodies; the gateway's
+    own refusals (restricted, unreachable service, body limit, ...) as everywhere."""
+    errors: dict[str, Any] = {
+        code: {"description": text, "content": _json(ERROR)}
+        for code, text in ERROR_STATUSES.items()
+        if code != "400"
+    }
+    errors["403"] = {"description": "A restricted API without its key", "content": _json(ERROR)}
+    if route.rpc == "Infer":
+        ok = {
+            "description": "The raw outputs concatenated in NV-InferResponse order, then the "
+            "whole InferResponseHeader (text protobuf; binary with ?format=binary)",
+            "headers": {
+                **_NV_STATUS,
+                "NV-InferResponse": {
+                    "description": "InferResponseHeader (one-line text protobuf)",
+                    "schema": {"type": "string"},
+                },
+            },
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
+    elif binding.method == "GET" and route.rpc != "Health":
+        ok = {
+            "description": "Text protobuf by default; ?format=binary, or ?format=json "
+            "(status only)",
+            "headers": _NV_STATUS,
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}},
+                "application/octet-stream": {"schema": {"type": "string"}},
+            },
+        }
+    else:
+        ok = {"description": "Success (empty body)", "headers": _NV_STATUS}
+    failed = {
+        "description": "Failure: NV-Status carries the v1 code and message",
+        "headers": _NV_STATUS,
+    }
+    return {"200": ok, "400": failed}
+
+
+def _v1_parameters(route: Route, binding: Binding) -> list[dict[str, Any]]:
+    params: list[dict[str, Any]] = []
+    for name in binding.variables:
+        fd = route.input_type.fields_by_name[name]
+        schema: dict[str, Any] = {"type": "string"}
+        if fd.type == FD.TYPE_INT64:
+            schema = {"type": "integer", "minimum": 0}
+        elif fd.type == FD.TYPE_ENUM:
+            schema = {"type": "string", "enum": [v.name.lower() for v in fd.enum_type.values]}
+        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+    if route.rpc == "Infer":
+        params.append(
+            {
+                "name": "NV-InferRequest",
+                "in": "header",
+                "required": True,
+                "description": "InferRequestHeader as text protobuf",
+                "schema": {"type": "string"},
+            }
+        )
+    if (route.rpc != "Health" and binding.method == "GET") or route.rpc == "Infer":
+        params.append(
+            {
+                "name": "format",
+                "in": "query",
+                "required": False,
+                "description": "text (the default, as is any other value), binary, or json "
+                "(status only)",
+                "schema": {"type": "string"},
+            }
+        )
+    return params
+
+
 def _responses(route: Route, binding: Binding, schemas: _Schemas) -> dict[str, Any]:
+    if route.codec == hr.HTTP_CODEC_V1:
+        return _v1_responses(route, binding)
     errors: dict[str, Any] = {
         code: {"description": text, "content": _json(ERROR)}
         for code, text in ERROR_STATUSES.items()
@@ -138,6 +225,11 @@ def _responses(route: Route, binding: Binding, schemas: _Schemas) -> dict[str, A
 def _request_body(route: Route, binding: Binding, schemas: _Schemas) -> dict[str, Any] | None:
     if not binding.body:
         return None
+    if route.codec == hr.HTTP_CODEC_V1:  # Infer: the inputs' raw bytes in header order
+        return {
+            "required": False,
+            "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        }
     if route.codec == hr.HTTP_CODEC_INFER:
         return {
             "required": True,
@@ -161,13 +253,17 @@ def openapi_document(routes: list[Route], version: str) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         for index, binding in enumerate(route.bindings):
+            service = route.descriptor.containing_service.full_name
+            v1 = route.codec == hr.HTTP_CODEC_V1
             operation: dict[str, Any] = {
-                "operationId": route.rpc + (f"_{index}" if index else ""),
-                "summary": f"{route.rpc} (gRPC inference.GRPCInferenceService/{route.rpc})",
-                "tags": [route.rpc],
+                "operationId": ("v1_" if v1 else "") + route.rpc + (f"_{index}" if index else ""),
+                "summary": f"{route.rpc} (gRPC {service}/{route.rpc})",
+                "tags": [("v1 " if v1 else "") + route.rpc],
                 "responses": _responses(route, binding, schemas),
             }
-            if binding.variables:
+            if v1:
+                operation["parameters"] = _v1_parameters(route, binding)
+            elif binding.variables:
                 operation["parameters"] = [
                     {"name": v, "in": "path", "required": True, "schema": {"type": "string"}}
                     for v in binding.variables
@@ -182,7 +278,8 @@ def openapi_document(routes: list[Route], version: str) -> dict[str, Any]:
             "title": "KServe v2 REST gateway",
             "version": version,
             "description": "Triton-compatible HTTP/REST API, served by translating each "
-            "request into the gRPC call named in its summary.",
+            "request into the gRPC call named in its summary; /api/... is the legacy v1 "
+            "(TensorRT Inference Server) API.",
         },
         "paths": paths,
         "components": {"schemas": schemas.components},

@@ -1,6 +1,7 @@
 """The route table, built once at start from the ``(inference.http_route)`` method options.
 
-Every HTTP route is declared on the RPC it calls (protos/inference/grpc_service.proto);
+Every HTTP route is declared on the RPC it calls (protos/inference/grpc_service.proto, and
+protos/trtis/grpc_service.proto for the legacy v1 API);
 this module reads those options from the service descriptor, checks them against the
 request and response messages (so a typo fails at start, not on a request), and matches
 request paths with a segment trie: literal segments win over ``{variables}``, so
@@ -17,17 +18,36 @@ from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
 
 from inference import grpc_service_pb2 as pb
 from inference import http_route_pb2 as hr
+from trtis import grpc_service_pb2 as v1
 
 from .descriptors import DescriptorT
 from .errors import GatewayError
 
-__all__ = ["UNROUTED_RPCS", "Binding", "Route", "Router", "load_routes"]
+__all__ = [
+    "UNROUTED_RPCS",
+    "V1_SERVICE",
+    "V1_UNROUTED_RPCS",
+    "Binding",
+    "Route",
+    "Router",
+    "load_routes",
+    "load_v1_routes",
+]
 
 #: RPCs that deliberately have no HTTP route. Empty: even the bidirectional stream carries
 #: the generate endpoints. load_routes() refuses a service whose other RPCs lack a route.
 UNROUTED_RPCS: frozenset[str] = frozenset()
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+
+#: The legacy v1 service; its StreamInfer is gRPC only, as in v1.
+V1_SERVICE = v1.DESCRIPTOR.services_by_name["GRPCService"]
+V1_UNROUTED_RPCS: frozenset[str] = frozenset({"StreamInfer"})
+
+# Scalar field types a v1 path variable may fill (v2 ones are strings only).
+_V1_PATH_TYPES = frozenset(
+    {FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_ENUM}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +90,7 @@ def _bindings(rule: hr.HttpRoute) -> Iterator[hr.HttpRoute]:
     yield from rule.additional_bindings
 
 
-def _binding(rpc: str, rule: hr.HttpRoute, request: DescriptorT) -> Binding:
+def _binding(rpc: str, rule: hr.HttpRoute, request: DescriptorT, codec: int) -> Binding:
     which = rule.WhichOneof("pattern")
     if which is None:
         raise ValueError(f"{rpc}: an http_route binding has neither get nor post")
@@ -78,9 +98,10 @@ def _binding(rpc: str, rule: hr.HttpRoute, request: DescriptorT) -> Binding:
     if not template.startswith("/"):
         raise ValueError(f"{rpc}: path {template!r} must start with '/'")
     variables = tuple(s[1:-1] for s in template.split("/") if s.startswith("{"))
+    allowed = _V1_PATH_TYPES if codec == hr.HTTP_CODEC_V1 else {FieldDescriptor.TYPE_STRING}
     for name in variables:
         fd = request.fields_by_name.get(name)
-        if fd is None or fd.type != FieldDescriptor.TYPE_STRING or fd.is_repeated:
+        if fd is None or fd.type not in allowed or fd.is_repeated:
             raise ValueError(
                 f"{rpc}: path variable {{{name}}} is not a string field of the request"
             )
@@ -109,23 +130,30 @@ def _route(method: MethodDescriptor) -> Route:
         false_error=rule.false_error,
         omit_defaults=rule.omit_defaults,
         map_values=rule.map_values,
-        bindings=tuple(_binding(method.name, b, method.input_type) for b in _bindings(rule)),
+        bindings=tuple(
+            _binding(method.name, b, method.input_type, rule.codec) for b in _bindings(rule)
+        ),
     )
 
 
-def load_routes(service: object = SERVICE) -> list[Route]:
+def load_routes(service: object = SERVICE, unrouted: frozenset[str] = UNROUTED_RPCS) -> list[Route]:
     """Every routed RPC of the service; ValueError for a missing or inconsistent option."""
     routes: list[Route] = []
     missing: list[str] = []
     for method in service.methods:  # type: ignore[attr-defined]
         if not method.GetOptions().HasExtension(hr.http_route):
-            if method.name not in UNROUTED_RPCS:
+            if method.name not in unrouted:
                 missing.append(method.name)
             continue
         routes.append(_route(method))
     if missing:
         raise ValueError(f"RPCs without an (inference.http_route) option: {missing}")
     return routes
+
+
+def load_v1_routes() -> list[Route]:
+    """The legacy v1 API's routes (/api/...)."""
+    return load_routes(V1_SERVICE, V1_UNROUTED_RPCS)
 
 
 @dataclass(slots=True)

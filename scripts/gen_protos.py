@@ -1,11 +1,12 @@
-"""Generate the Python protobuf/gRPC modules for protos/inference/*.proto.
+"""Generate the Python protobuf/gRPC modules for protos/{inference,trtis}/*.proto.
 
 Usage (from anywhere):
     .venv/bin/python scripts/gen_protos.py          # regenerate in place
     .venv/bin/python scripts/gen_protos.py --check  # exit 1 if committed code is stale
 
-The generated modules are committed beside their sources (protos/inference/) and
-import as package ``inference``. ``--check`` generates into a temporary
+The generated modules are committed beside their sources (protos/inference/,
+protos/trtis/) and import as packages ``inference`` (KServe v2) and ``trtis`` (the
+legacy v1 API, proto package nvidia.inferenceserver). ``--check`` generates into a temporary
 directory and compares byte for byte with the committed files.
 """
 
@@ -20,18 +21,23 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "protos"
-PACKAGE = "inference"
+PACKAGES = ("inference", "trtis")
 PROTO_FILES = (
     "inference/http_route.proto",
     "inference/model_config.proto",
     "inference/grpc_service.proto",
+    "trtis/request_status.proto",
+    "trtis/api.proto",
+    "trtis/model_config.proto",
+    "trtis/server_status.proto",
+    "trtis/grpc_service.proto",
 )
 INIT_TEXT = '"""Generated code package: modules built from the .proto files beside them."""\n'
 
 
 def generated_names() -> list[str]:
     """Paths (relative to protos/) of every file this script writes."""
-    names = [f"{PACKAGE}/__init__.py"]
+    names = [f"{package}/__init__.py" for package in PACKAGES]
     for proto in PROTO_FILES:
         stem = proto.removesuffix(".proto")
         names += [f"{stem}_pb2.py", f"{stem}_pb2.pyi", f"{stem}_pb2_grpc.py"]
@@ -48,7 +54,8 @@ def generate(out_dir: Path) -> None:
 
     # The well-known .proto files ship inside grpc_tools; protoc needs them on -I.
     wkt_include = Path(grpc_tools.__file__).resolve().parent / "_proto"
-    (out_dir / PACKAGE).mkdir(parents=True, exist_ok=True)
+    for package in PACKAGES:
+        (out_dir / package).mkdir(parents=True, exist_ok=True)
     args = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
@@ -61,7 +68,8 @@ def generate(out_dir: Path) -> None:
     rc = protoc.main(args)
     if rc != 0:
         sys.exit(f"protoc failed with exit status {rc}")
-    (out_dir / PACKAGE / "__init__.py").write_text(INIT_TEXT, encoding="utf-8")
+    for package in PACKAGES:
+        (out_dir / package / "__init__.py").write_text(INIT_TEXT, encoding="utf-8")
 
 
 def stale_files() -> list[str]:

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainference/http_route.proto\x12\tinference\x1a google/protobuf/descriptor.proto\"\xa4\x02\n\tHttpRoute\x12\r\n\x03get\x18\x01 \x01(\tH\x00\x12\x0e\n\x04post\x18\x02 \x01(\tH\x00\x12\x0c\n\x04\x62ody\x18\x03 \x01(\t\x12\x31\n\x13\x61\x64\x64itional_bindings\x18\x04 \x03(\x0b\x32\x14.inference.HttpRoute\x12#\n\x05\x63odec\x18\x05 \x01(\x0e\x32\x14.inference.HttpCodec\x12\x15\n\rresponse_body\x18\x06 \x01(\t\x12\x14\n\x0cstatus_field\x18\x07 \x01(\t\x12\x13\n\x0b\x66\x61lse_error\x18\x08 \x01(\t\x12\x15\n\romit_defaults\x18\t \x01(\x08\x12\x12\n\nmap_values\x18\n \x01(\x08\x12\x1a\n\x12server_sent_events\x18\x0b \x01(\x08\x42\t\n\x07pattern*m\n\tHttpCodec\x12\x1a\n\x16HTTP_CODEC_UNSPECIFIED\x10\x00\x12\x15\n\x11HTTP_CODEC_STATUS\x10\x01\x12\x14\n\x10HTTP_CODEC_INFER\x10\x02\x12\x17\n\x13HTTP_CODEC_GENERATE\x10\x03:J\n\nhttp_route\x12\x1e.google.protobuf.MethodOptions\x18\x91\x93\x03 \x01(\x0b\x32\x14.inference.HttpRouteb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ainference/http_route.proto\x12\tinference\x1a google/protobuf/descriptor.proto\"\xa4\x02\n\tHttpRoute\x12\r\n\x03get\x18\x01 \x01(\tH\x00\x12\x0e\n\x04post\x18\x02 \x01(\tH\x00\x12\x0c\n\x04\x62ody\x18\x03 \x01(\t\x12\x31\n\x13\x61\x64\x64itional_bindings\x18\x04 \x03(\x0b\x32\x14.inference.HttpRoute\x12#\n\x05\x63odec\x18\x05 \x01(\x0e\x32\x14.inference.HttpCodec\x12\x15\n\rresponse_body\x18\x06 \x01(\t\x12\x14\n\x0cstatus_field\x18\x07 \x01(\t\x12\x13\n\x0b\x66\x61lse_error\x18\x08 \x01(\t\x12\x15\n\romit_defaults\x18\t \x01(\x08\x12\x12\n\nmap_values\x18\n \x01(\x08\x12\x1a\n\x12server_sent_events\x18\x0b \x01(\x08\x42\t\n\x07pattern*\x80\x01\n\tHttpCodec\x12\x1a\n\x16HTTP_CODEC_UNSPECIFIED\x10\x00\x12\x15\n\x11HTTP_CODEC_STATUS\x10\x01\x12\x14\n\x10HTTP_CODEC_INFER\x10\x02\x12\x17\n\x13HTTP_CODEC_GENERATE\x10\x03\x12\x11\n\rHTTP_CODEC_V1\x10\x04:J\n\nhttp_route\x12\x1e.google.protobuf.MethodOptions\x18\x91\x93\x03 \x01(\x0b\x32\x14.inference.HttpRouteb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'inference.http_route_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_HTTPCODEC']._serialized_start=370
-  _globals['_HTTPCODEC']._serialized_end=479
+  _globals['_HTTPCODEC']._serialized_start=371
+  _globals['_HTTPCODEC']._serialized_end=499
   _globals['_HTTPROUTE']._serialized_start=76
   _globals['_HTTPROUTE']._serialized_end=368
 # @@protoc_insertion_point(module_scope)

@@ -14,10 +14,12 @@ class HttpCodec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HTTP_CODEC_STATUS: _ClassVar[HttpCodec]
     HTTP_CODEC_INFER: _ClassVar[HttpCodec]
     HTTP_CODEC_GENERATE: _ClassVar[HttpCodec]
+    HTTP_CODEC_V1: _ClassVar[HttpCodec]
 HTTP_CODEC_UNSPECIFIED: HttpCodec
 HTTP_CODEC_STATUS: HttpCodec
 HTTP_CODEC_INFER: HttpCodec
 HTTP_CODEC_GENERATE: HttpCodec
+HTTP_CODEC_V1: HttpCodec
 HTTP_ROUTE_FIELD_NUMBER: _ClassVar[int]
 http_route: _descriptor.FieldDescriptor
 

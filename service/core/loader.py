@@ -22,6 +22,7 @@ from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
 from .instance_groups import instance_specs
+from .labels import read_labels
 from .model import ModelState, ModelVersion, io_specs
 
 __all__ = ["instance_specs", "load_ensemble", "load_version"]
@@ -52,6 +53,7 @@ def load_version(base_config: mc.ModelConfig, version: int, path: Path) -> Model
     try:
         if not path.is_dir():
             raise ValueError(f"version folder {version} does not exist")
+        model.labels = read_labels(config, path.parent)
         backend = get_backend(config.backend)
         specs = instance_specs(config, backend_gpu=backend.supports_gpu)
         gpus = sorted({s.device_id for s in specs if s.kind == "KIND_GPU"})

@@ -65,6 +65,8 @@ class ModelVersion:
     inputs: dict[str, IOSpec] = field(default_factory=dict)
     outputs: dict[str, IOSpec] = field(default_factory=dict)
     stats: ModelStats = field(default_factory=ModelStats)
+    # Classification labels by output name (core/labels.py), read at load time.
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     leases: int = 0  # requests that picked this version and have not finished
     _unleased: asyncio.Event | None = field(default=None, repr=False)
 

@@ -129,6 +129,10 @@ class InferenceServer:
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self._models.config(name, version)
 
+    def model_labels(self, name: str, version: str = "") -> dict[str, tuple[str, ...]]:
+        """Classification labels by output name (outputs with a ``label_filename``)."""
+        return self._models.get(name, version).labels
+
     def repository_index(self, repository_name: str = "", ready: bool = False) -> list[IndexEntry]:
         return self._models.index(repository_name, ready)
 

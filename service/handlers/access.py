@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 HEADER_PREFIX = "triton-grpc-protocol-"
 
 #: Which RPCs each group covers (Triton's grouping). "health" also covers the standard
-#: grpc.health.v1 service, as in Triton (see restrict()).
+#: grpc.health.v1 service, as in Triton (see restrict()). The legacy v1 RPCs (Health,
+#: Status, Infer, ...; Triton 2.x has no v1 API) join the group of the same meaning; v1
+#: Status answers metadata, configs and statistics at once, so each of those groups
+#: guards it (a caller needs the key of every one of them that is restricted).
 GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    "health": ("ServerLive", "ServerReady", "ModelReady"),
-    "metadata": ("ServerMetadata", "ModelMetadata"),
-    "inference": ("ModelInfer", "ModelStreamInfer"),
+    "health": ("ServerLive", "ServerReady", "ModelReady", "Health"),
+    "metadata": ("ServerMetadata", "ModelMetadata", "Status"),
+    "inference": ("ModelInfer", "ModelStreamInfer", "Infer", "StreamInfer"),
     "shared-memory": (
         "SystemSharedMemoryStatus",
         "SystemSharedMemoryRegister",
@@ -38,16 +41,25 @@ GROUP_METHODS: dict[str, tuple[str, ...]] = {
         "CudaSharedMemoryStatus",
         "CudaSharedMemoryRegister",
         "CudaSharedMemoryUnregister",
+        "SharedMemoryControl",
     ),
-    "model-config": ("ModelConfig",),
-    "model-repository": ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload"),
-    "statistics": ("ModelStatistics",),
+    "model-config": ("ModelConfig", "Status"),
+    "model-repository": (
+        "RepositoryIndex",
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+        "ModelControl",
+        "Repository",
+    ),
+    "statistics": ("ModelStatistics", "Status"),
     "trace": ("TraceSetting",),
     "logging": ("LogSettings",),
 }
 assert set(GROUP_METHODS) == set(PROTOCOL_GROUPS)
 
 Method = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
+#: Builds the in-band answer of a refused call: (rpc, message) -> response message.
+Refusal = Callable[[str, str], Any]
 
 
 def _has_key(context: grpc.aio.ServicerContext[Any, Any], header: str, expected: bytes) -> bool:
@@ -58,14 +70,22 @@ def _has_key(context: grpc.aio.ServicerContext[Any, Any], header: str, expected:
     return False
 
 
-def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
+def _guard(
+    rpc: str, method: Method, header: str, expected: bytes, answer: Refusal | None = None
+) -> Method:
     """Same calling style as ``method``: an async generator stays one (response streams
     written by ``yield``); a coroutine stays one (unary, or streams written by
-    ``context.write`` such as the health service's Watch)."""
+    ``context.write`` such as the health service's Watch).
+
+    Without ``answer`` a refused call ends with gRPC UNAVAILABLE; with it (the v1 service,
+    which reports every failure in-band) the call is answered with ``answer(rpc, text)``.
+    """
     message = f"This protocol is restricted, expecting header '{header}'"
 
-    async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         log.warning("%s refused: restricted protocol, header '%s' missing or wrong", rpc, header)
+        if answer is not None:
+            return answer(rpc, message)
         await context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
     if inspect.isasyncgenfunction(method):
@@ -75,7 +95,8 @@ def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             if not _has_key(context, header, expected):
-                await refuse(context)
+                yield await refuse(context)
+                return
             async for item in method(request, context):
                 yield item
 
@@ -84,23 +105,37 @@ def _guard(rpc: str, method: Method, header: str, expected: bytes) -> Method:
     @functools.wraps(method)
     async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if not _has_key(context, header, expected):
-            await refuse(context)
+            return await refuse(context)
         return await method(request, context)
 
     return guarded
 
 
-def restrict(inference: object, health: object, rules: Iterable[RestrictedProtocol]) -> list[str]:
-    """Guard the restricted methods of both servicers in place; returns the guarded names."""
+def restrict(
+    inference: object,
+    health: object,
+    rules: Iterable[RestrictedProtocol],
+    v1: object | None = None,
+) -> list[str]:
+    """Guard the restricted methods of the servicers in place; returns the guarded names.
+
+    ``v1`` (the legacy GRPCService servicer) answers refusals in-band through its
+    ``refusal(rpc, message)``; a method two restricted groups cover is guarded twice.
+    """
     guarded: list[str] = []
+    servicers = [inference, *([v1] if v1 is not None else [])]
     for rule in rules:
         header = HEADER_PREFIX + rule.key
         expected = rule.value.encode()
         for group in sorted(rule.groups):
-            targets = [(inference, rpc) for rpc in GROUP_METHODS[group]]
+            targets = [
+                (s, rpc) for rpc in GROUP_METHODS[group] for s in servicers if hasattr(s, rpc)
+            ]
             if group == "health":
                 targets += [(health, rpc) for rpc in ("Check", "Watch")]
             for servicer, rpc in targets:
-                setattr(servicer, rpc, _guard(rpc, getattr(servicer, rpc), header, expected))
+                answer = getattr(servicer, "refusal", None)
+                method = _guard(rpc, getattr(servicer, rpc), header, expected, answer)
+                setattr(servicer, rpc, method)
                 guarded.append(rpc)
     return guarded

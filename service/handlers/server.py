@@ -12,7 +12,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from trtis import grpc_service_pb2 as v1
+from trtis import grpc_service_pb2_grpc as v1_grpc
 
+from .. import SERVER_ID
 from ..config import ServerConfig, TlsConfig
 from ..core.server import InferenceServer
 from ..telemetry.logs import LogControl
@@ -20,12 +23,15 @@ from ..telemetry.tracing import Tracing
 from .access import restrict
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
+from .v1_servicer import V1_SERVER_ID, V1Servicer
 
 __all__ = ["GrpcFrontend"]
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+#: The legacy TensorRT Inference Server v1 service (not reflection's v1).
+LEGACY_SERVICE_NAME = v1.DESCRIPTOR.services_by_name["GRPCService"].full_name
 
 
 # grpc-stubs predates the asyncio health servicer that grpcio-health-checking ships.
@@ -103,13 +109,19 @@ class GrpcFrontend:
             tracing=tracing,
             header_forward=config.header_forward,
         )
+        # v1 reports --id when it is given, else the 1.11 server's default "inference:0".
+        v1_id = config.server_id if config.server_id != SERVER_ID else V1_SERVER_ID
+        self._v1 = V1Servicer(
+            core, config.grpc_max_message_bytes, v1_id, header_forward=config.header_forward
+        )
         self._health = _Health(core)
         if config.restricted:
-            guarded = restrict(self._servicer, self._health, config.restricted)
+            guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, self._server)
+        v1_grpc.add_GRPCServiceServicer_to_server(self._v1, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self._server)
+        enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
         """Bind and start; returns the bound port (useful with --grpc-port 0). A port in
@@ -138,11 +150,14 @@ class GrpcFrontend:
     async def set_serving(self, serving: bool) -> None:
         """What Watch reports; Check on the inference service's name asks the core."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else _NOT_SERVING
+        if not serving:
+            self._v1.set_exiting()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
 
     def close_streams(self) -> None:
         self._servicer.close_streams()
+        self._v1.close_streams()
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish for up to ``grace`` seconds."""

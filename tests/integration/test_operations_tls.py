@@ -7,6 +7,7 @@ import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -18,6 +19,7 @@ from integration_support import add_sub_inputs, running_server
 from operations_support import write_add_sub
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
+from v1_reference import reference
 
 A = np.ones((1, 3), dtype=np.float32)
 
@@ -155,6 +157,25 @@ def test_mutual_tls_refuses_other_clients(
 ) -> None:
     with _client(mtls_server, pki, cert) as client:
         _fails(client)
+
+
+def test_the_v1_service_is_behind_the_same_mutual_tls(
+    mtls_server: ServerProcess, pki: Path
+) -> None:
+    """The legacy v1 API shares the port, so it shares its TLS: a client certificate gets
+    answers, a connection without one none."""
+    ref = reference()
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(pki / "ca.crt").read_bytes(),
+        private_key=(pki / "client.key").read_bytes(),
+        certificate_chain=(pki / "client.crt").read_bytes(),
+    )
+    with grpc.secure_channel(mtls_server.url, credentials) as channel:
+        answer = ref.stub(channel).Health(ref.HealthRequest(mode="live"), timeout=10)
+        assert answer.health and answer.request_status.code == ref.code("SUCCESS")
+    anonymous = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.crt").read_bytes())
+    with grpc.secure_channel(mtls_server.url, anonymous) as channel, pytest.raises(grpc.RpcError):
+        ref.stub(channel).Health(ref.HealthRequest(mode="live"), timeout=5)
 
 
 def test_unreadable_certificate_stops_the_start(pki: Path, repo: Path, tmp_path: Path) -> None:

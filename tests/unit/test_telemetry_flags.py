@@ -14,6 +14,7 @@ from service.config import PROTOCOL_GROUPS, RestrictedProtocol, parse_args
 from service.handlers import access
 from service.handlers.servicer import InferenceServicer
 from service.telemetry.settings import parse_trace_config
+from trtis import grpc_service_pb2 as gs
 
 BASE = ["--model-repository", str(DEFAULT_REPOSITORY)]
 
@@ -152,9 +153,21 @@ def test_trace_config_errors(spec: str, message: str) -> None:
 
 
 def test_every_rpc_belongs_to_exactly_one_group() -> None:
+    """Every v2 RPC in exactly one group; every legacy v1 RPC in one too, except Status,
+    which answers what three groups guard."""
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    v1_service = gs.DESCRIPTOR.services_by_name["GRPCService"]
     grouped = [rpc for group in PROTOCOL_GROUPS for rpc in access.GROUP_METHODS[group]]
-    assert sorted(grouped) == sorted(m.name for m in service.methods)
+    v1_names = {m.name for m in v1_service.methods}
+    assert sorted(r for r in grouped if r not in v1_names) == sorted(
+        m.name for m in service.methods
+    )
+    v1_grouped = sorted(r for r in grouped if r in v1_names)
+    expected = sorted([*v1_names, "Status", "Status"])
+    assert v1_grouped == expected
+    assert [g for g in PROTOCOL_GROUPS if "Status" in access.GROUP_METHODS[g]] == [
+        g for g in PROTOCOL_GROUPS if g in ("metadata", "model-config", "statistics")
+    ]
 
 
 def test_only_restricted_methods_are_wrapped() -> None:

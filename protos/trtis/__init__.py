@@ -1,0 +1,1 @@
+"""Generated code package: modules built from the .proto files beside them."""
