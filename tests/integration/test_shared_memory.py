@@ -397,3 +397,34 @@ def test_cuda_shared_memory_round_trip(
         client.unregister_cuda_shared_memory()
         cudashm.destroy_shared_memory_region(in_handle)
         cudashm.destroy_shared_memory_region(out_handle)
+
+
+def test_restricted_shared_memory_group(tmp_path: Path) -> None:
+    """--grpc-restricted-protocol=shared-memory:... guards the six RPCs (Triton's text);
+    inference stays open and can still name a region registered with the key."""
+    key = {"triton-grpc-protocol-shm-key": "s3cret"}
+    args = ["--grpc-restricted-protocol=shared-memory:shm-key=s3cret"]
+    values = np.arange(16, dtype=np.float32)
+    with (
+        ServerProcess([write_shm_models(tmp_path)], args) as proc,
+        grpcclient.InferenceServerClient(proc.url) as client,
+        region("guarded", 128, values) as handle,
+    ):
+        for call in (
+            client.get_system_shared_memory_status,
+            client.unregister_system_shared_memory,
+            client.get_cuda_shared_memory_status,
+            lambda: client.register_system_shared_memory("g", key_of(handle), 64),
+        ):
+            error = status_error(call)
+            assert error.status() == "StatusCode.UNAVAILABLE"
+            assert error.message() == (
+                "This protocol is restricted, expecting header 'triton-grpc-protocol-shm-key'"
+            )
+        client.register_system_shared_memory("g", key_of(handle), 128, headers=key)
+        tensor = grpcclient.InferInput("INPUT0", [16], "FP32")
+        tensor.set_shared_memory("g", 64)
+        np.testing.assert_array_equal(
+            client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0"), values
+        )
+        client.unregister_system_shared_memory(headers=key)
