@@ -2,10 +2,7 @@
 the inference service over gRPC (``python -m gateway --grpc-target HOST:PORT``).
 
 Its routes are declared on the protos (``(inference.http_route)`` options), it holds no
-model state, and it shares nothing with ``service`` but the generated protos.
+model state, and it shares nothing with ``service`` but the generated protos. Importing
+the package imports nothing else: ``python -m gateway`` sets grpc's environment before
+grpc is first imported (``__main__.py``).
 """
-
-from .app import GatewayApp
-from .config import GatewayConfig
-
-__all__ = ["GatewayApp", "GatewayConfig"]

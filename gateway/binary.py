@@ -2,16 +2,20 @@
 
 ``Inference-Header-Content-Length`` gives the JSON header's length; the inputs that carry
 ``binary_data_size`` take their bytes, in order, from what follows. A header length of 0
-is Triton's raw binary request: the whole body is the data of the model's only input.
-Each binary input is one slice of the body (protobuf takes bytes, not views).
+(or an empty body without the header) is Triton's raw binary request: the whole body is
+the data of the model's only input. Each binary input is one slice of the body (protobuf
+takes bytes, not views).
 """
 
 from __future__ import annotations
 
+import re
+
 from inference import grpc_service_pb2 as pb
+from inference.model_config_pb2 import DataType, ModelConfig
 
 from .errors import GatewayError
-from .tensors import DATATYPES, split_bytes
+from .tensors import DATATYPES, serialize_bytes
 
 __all__ = [
     "HEADER_LENGTH",
@@ -21,20 +25,18 @@ __all__ = [
     "response_headers",
 ]
 
-#: The header naming the JSON part's length, lower-cased as ASGI delivers header names.
+#: The header naming the JSON part's length, lower-cased as the HTTP layer delivers names.
 HEADER_LENGTH = "inference-header-content-length"
+_ATOI = re.compile(r"\s*([+-]?\d+)")
 
 
 def header_length(body: bytes, header_value: str | None) -> int:
-    """Length of the JSON header: the header's value, or the whole body without it."""
+    """Length of the JSON header: the header's value (read as C's ``atoi`` reads it, as
+    Triton does: a value that is not a number is 0), or the whole body without it."""
     if header_value is None:
         return len(body)
-    try:
-        length = int(header_value)
-    except ValueError:
-        raise GatewayError(
-            400, f"Unable to parse Inference-Header-Content-Length, got: {header_value!r}"
-        ) from None
+    match = _ATOI.match(header_value)
+    length = int(match.group(1)) if match else 0
     if length < 0 or length > len(body):
         raise GatewayError(
             400,
@@ -70,55 +72,54 @@ class BinaryReader:
 
 
 def raw_binary_request(
-    body: bytes, metadata: pb.ModelMetadataResponse, model_name: str, model_version: str
+    body: bytes, config: ModelConfig, model_name: str, model_version: str
 ) -> pb.ModelInferRequest:
-    """Header length 0: the body is the single input's data; its shape is deduced.
-
-    The input's datatype comes from the model metadata; its dynamic dimensions become 1,
-    except the last, which takes whatever element count the body holds.
-    """
-    if len(metadata.inputs) != 1:
+    """Header length 0: the body is the data of the model's only input, shaped from its
+    configuration as Triton's core does (``InferenceRequest::Normalize``): a batch
+    dimension of 1 if the model batches, and the one variable dimension (if any) takes
+    whatever the body holds. A BYTES input must have shape [1]; the body is its one
+    element. The error texts are Triton's."""
+    prefix = "[request id: <id_unknown>] "
+    if len(config.input) != 1:
         raise GatewayError(
             400,
-            f"a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
-            f"exactly one input; '{model_name}' has {len(metadata.inputs)}",
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(config.input)} inputs in '{model_name}' model configuration",
         )
-    spec = metadata.inputs[0]
-    dtype = DATATYPES.get(spec.datatype)
-    if spec.datatype == "BYTES":
-        count = len(split_bytes(body, f"raw input '{spec.name}'"))
-    elif dtype is None:
-        raise GatewayError(400, f"input '{spec.name}' has unknown datatype {spec.datatype!r}")
-    elif len(body) % dtype.itemsize:
-        raise GatewayError(
-            400,
-            f"raw input '{spec.name}': {len(body)} bytes is not a whole number of "
-            f"{spec.datatype} elements",
-        )
-    else:
-        count = len(body) // dtype.itemsize
-    shape = _deduce_shape(list(spec.shape), count, spec.name)
+    spec = config.input[0]
+    shape = [1] if config.max_batch_size != 0 else []
+    dynamic = -1
+    count = 1
+    for dim in spec.dims:
+        if dim == -1:
+            if dynamic != -1:
+                raise GatewayError(
+                    400,
+                    f"{prefix}The shape of the raw input '{spec.name}' can not be deduced "
+                    "because there are more than one variable-sized dimension",
+                )
+            dynamic = len(shape)
+        else:
+            count *= dim
+        shape.append(dim)
+    datatype = DataType.Name(spec.data_type).removeprefix("TYPE_")
+    if datatype == "STRING":
+        datatype = "BYTES"
+        if dynamic != -1 or count != 1:
+            raise GatewayError(
+                400,
+                f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have "
+                "input shape [1]",
+            )
+        body = serialize_bytes([body])
+    elif dynamic != -1:
+        dtype = DATATYPES.get(datatype)
+        size = count * (dtype.itemsize if dtype is not None else 1)
+        shape[dynamic] = len(body) // size if size else 0
     request = pb.ModelInferRequest(model_name=model_name, model_version=model_version)
-    request.inputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
+    request.inputs.add(name=spec.name, datatype=datatype, shape=shape)
     request.raw_input_contents.append(body)
     return request
-
-
-def _deduce_shape(dims: list[int], count: int, name: str) -> list[int]:
-    dynamic = [i for i, d in enumerate(dims) if d < 0]
-    if not dynamic:
-        return dims
-    known = 1
-    for d in dims:
-        if d >= 0:
-            known *= d
-    if known == 0 or count % known:
-        raise GatewayError(
-            400, f"raw input '{name}': {count} elements do not fit the model's shape {dims}"
-        )
-    shape = [1 if d < 0 else d for d in dims]
-    shape[dynamic[-1]] = count // known
-    return shape
 
 
 def response_headers(json_length: int, has_binary: bool) -> list[tuple[bytes, bytes]]:

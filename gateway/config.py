@@ -103,6 +103,7 @@ class GatewayConfig:
     https: HttpsConfig | None = None
     exit_timeout_secs: float = 30.0
     trace: TraceConfig = field(default_factory=TraceConfig)
+    workers: int = 1
     #: --http-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
 
@@ -284,6 +285,13 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         default=_DEFAULTS.exit_timeout_secs,
         help="on SIGTERM, how long in-flight requests may take to finish (default %(default)s)",
     )
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=_DEFAULTS.workers,
+        help="gateway processes serving the HTTP port, each with its own channel to the "
+        "service (default %(default)s; see docs/decisions.md for when more pay)",
+    )
     opts = parser.parse_args(argv)
     try:
         restricted = restricted_apis(opts.http_restricted_api)
@@ -316,6 +324,7 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         https=https,
         exit_timeout_secs=opts.exit_timeout_secs,
         trace=trace,
+        workers=opts.workers,
         header_forward=_header_forward(parser, opts.http_header_forward_pattern),
     )
 

@@ -11,6 +11,8 @@ from the service reporting INTERNAL (or from a gateway bug, with a generic messa
 
 from __future__ import annotations
 
+from typing import cast
+
 import grpc
 
 __all__ = ["HTTP_STATUS", "GatewayError", "http_status", "rpc_error"]
@@ -57,12 +59,15 @@ def http_status(code: grpc.StatusCode) -> int:
     return HTTP_STATUS.get(code, 400)
 
 
-def rpc_error(exc: grpc.aio.AioRpcError, target: str) -> GatewayError:
+def rpc_error(exc: grpc.RpcError, target: str) -> GatewayError:
     """Translate a failed RPC; a transport failure says that the service is unreachable."""
-    code = exc.code()
-    details = exc.details() or str(code.name)
+    call = cast(grpc.Call, exc)  # what grpc raises for a failed call is also its Call
+    code = call.code()
+    details = call.details() or str(code.name)
     if code == grpc.StatusCode.UNAVAILABLE and any(
         f in details.lower() for f in _TRANSPORT_FAILURES
     ):
         return GatewayError(503, f"inference service at {target} is unavailable: {details}")
+    if code == grpc.StatusCode.CANCELLED and "channel closed" in details.lower():
+        return GatewayError(503, "Server is stopping: the request was cut off by the exit timeout")
     return GatewayError(http_status(code), details)

@@ -39,6 +39,7 @@ __all__ = [
 UNROUTED_RPCS: frozenset[str] = frozenset()
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+_CACHE_SIZE = 4096
 
 #: The legacy v1 service; its StreamInfer is gRPC only, as in v1.
 V1_SERVICE = v1.DESCRIPTOR.services_by_name["GRPCService"]
@@ -169,6 +170,7 @@ class Router:
     def __init__(self, routes: list[Route]) -> None:
         self.routes = routes
         self._root = _Node()
+        self._cache: dict[tuple[str, bytes], tuple[Route, Binding, dict[str, str]]] = {}
         for route in routes:
             for binding in route.bindings:
                 node = self._root
@@ -183,6 +185,19 @@ class Router:
                 node.endpoints[binding.method] = (route, binding)
 
     def match(self, method: str, raw_path: bytes) -> tuple[Route, Binding, dict[str, str]]:
+        """The route for a request; answers are kept per (method, path), as clients send
+        the same few paths over and over (bounded: the cache restarts when full)."""
+        key = (method, raw_path)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[0], hit[1], dict(hit[2])
+        found = self._match(method, raw_path)
+        if len(self._cache) >= _CACHE_SIZE:
+            self._cache.clear()
+        self._cache[key] = found
+        return found[0], found[1], dict(found[2])
+
+    def _match(self, method: str, raw_path: bytes) -> tuple[Route, Binding, dict[str, str]]:
         try:
             segments = [unquote(s, errors="strict") for s in raw_path.decode("ascii").split("/")]
         except (UnicodeDecodeError, ValueError):

@@ -96,54 +96,55 @@ def split_bytes(raw: bytes | memoryview, where: str) -> list[bytes]:
     return out
 
 
-def _flatten_strings(data: list[Any], where: str) -> list[bytes]:
-    out: list[bytes] = []
+def _leaves(data: list[Any]) -> list[Any]:
+    """The elements of a nested JSON array, in order, whatever its nesting."""
+    out: list[Any] = []
     stack: list[Any] = [iter(data)]
     while stack:
         for item in stack[-1]:
             if isinstance(item, list):
                 stack.append(iter(item))
                 break
-            if not isinstance(item, str):
-                raise GatewayError(
-                    400, f"{where}: BYTES 'data' elements must be strings, got {_kind(item)}"
-                )
-            out.append(item.encode("utf-8"))
+            out.append(item)
         else:
             stack.pop()
     return out
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+def _data_error(reason: str) -> GatewayError:
+    return GatewayError(400, f"Unable to parse 'data': {reason}")
+
+
+#: Triton's texts (TritonJson) for an element of the wrong JSON type, by datatype kind.
+_WRONG_TYPE = {
+    "BOOL": "attempt to access JSON non-boolean as boolean",
+    "INT": "attempt to access JSON non-signed-integer as signed-integer",
+    "UINT": "attempt to access JSON non-unsigned-integer as unsigned-integer",
+    "FP": "attempt to access JSON non-number as double",
+    "BF": "attempt to access JSON non-number as double",
+}
 
 
 def _numeric(data: list[Any], datatype: str, where: str) -> np.ndarray[Any, Any]:
     try:
         array = np.array(data)
-    except (ValueError, TypeError) as exc:
-        raise GatewayError(
-            400, f"{where}: 'data' is not a regular array of numbers ({exc})"
-        ) from None
+    except (ValueError, TypeError):  # ragged nesting: Triton reads the elements in order
+        array = np.array(_leaves(data))
     if array.size == 0:
         return array
     kind = array.dtype.kind
     if kind in "fO" and datatype in ("UINT64", "INT64"):
         array = _wide_integers(data, array)
         kind = array.dtype.kind
+    family = datatype.rstrip("0123456789")
     if datatype == "BOOL":
         ok = kind == "b"
     elif datatype in _FLOATS:
         ok = kind in "iuf"
     else:
-        ok = kind in "iu"
+        ok = kind in "iu" and (family == "INT" or int(array.min()) >= 0)
     if not ok:
-        expected = {"BOOL": "booleans"}.get(datatype, "numbers" if datatype in _FLOATS else "")
-        raise GatewayError(
-            400,
-            f"{where}: 'data' must hold {expected or 'integers'} for datatype {datatype}, "
-            f"got {_describe(kind)}",
-        )
+        raise _data_error(_WRONG_TYPE[family])
     if kind in "iu" and datatype not in _FLOATS and datatype != "BOOL":
         info = np.iinfo(DATATYPES[datatype])
         low, high = int(array.min()), int(array.max())
@@ -158,7 +159,7 @@ def _wide_integers(data: list[Any], inferred: np.ndarray[Any, Any]) -> np.ndarra
     """numpy promotes a mix of int64-only and uint64-only values to float64 (or object):
     redo it exactly when every element is an int (the rare case of full-range 64-bit data).
     """
-    values = np.array(data, dtype=object).ravel()
+    values = np.array(_leaves(data), dtype=object)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return inferred
     if all(v >= 0 for v in values) and max(values) <= np.iinfo(np.uint64).max:
@@ -168,41 +169,30 @@ def _wide_integers(data: list[Any], inferred: np.ndarray[Any, Any]) -> np.ndarra
     return inferred
 
 
-def _describe(kind: str) -> str:
-    return {
-        "b": "booleans",
-        "i": "integers",
-        "u": "integers",
-        "f": "floating-point numbers",
-        "U": "strings",
-        "O": "mixed or out-of-range values",
-    }.get(kind, f"values of numpy kind {kind!r}")
-
-
 def json_to_raw(data: Any, datatype: str, shape: Sequence[int], where: str) -> bytes:
-    """JSON ``data`` (nested or flat) -> the tensor's raw bytes, checked against ``shape``."""
-    if not isinstance(data, list):
-        raise GatewayError(400, f"{where}: 'data' must be a JSON array, got {_kind(data)}")
+    """JSON ``data`` (nested or flat) -> the tensor's raw bytes, as Triton's frontend reads
+    it (``ReadDataFromJson``, its texts): elements of the datatype's JSON type, as many as
+    ``shape`` holds; ``data`` of an empty tensor is not read. BYTES elements are not
+    counted here (Triton leaves that to the core: the service checks them)."""
     expected = element_count(shape)
+    if expected == 0:
+        return b""
+    if not isinstance(data, list):
+        raise _data_error("attempt to access JSON non-array as array")
     if datatype == "BYTES":
-        items = _flatten_strings(data, where)
-        if len(items) != expected:
-            raise _count_error(where, len(items), shape, expected)
-        return serialize_bytes(items)
+        items = _leaves(data)
+        if not all(isinstance(item, str) for item in items):
+            raise GatewayError(
+                400, "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+            )
+        return serialize_bytes([item.encode("utf-8") for item in items])
     array = _numeric(data, datatype, where)
     if array.size != expected:
-        raise _count_error(where, array.size, shape, expected)
+        raise _data_error("Shape does not match true shape of 'data' field")
     if datatype == "BF16":
         return bf16_bits(array).tobytes()
     with np.errstate(over="ignore", invalid="ignore"):
         return np.ascontiguousarray(array, dtype=DATATYPES[datatype]).tobytes()
-
-
-def _count_error(where: str, got: int, shape: Sequence[int], expected: int) -> GatewayError:
-    return GatewayError(
-        400,
-        f"{where}: 'data' holds {got} elements but shape {list(shape)} needs {expected}",
-    )
 
 
 def raw_to_json(raw: bytes, datatype: str, shape: Sequence[int], where: str) -> Any:

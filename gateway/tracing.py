@@ -17,6 +17,7 @@ service's (Triton is one process). Exporter, URL and resource stay the gateway's
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -100,6 +101,8 @@ class Tracing:
         self._processor = processor  # tests inject one; otherwise built from the config
         self._provider: TracerProvider | None = None
         self._spans: SpanFactory | None = None
+        #: Requests are served by many threads: settings and counters change under it.
+        self._lock = threading.RLock()
 
     @property
     def started(self) -> bool:
@@ -162,7 +165,12 @@ class Tracing:
         not name updates only an override the gateway already holds (a GET: a count the
         service spent), never becomes one.
         """
-        values = _parse(returned)
+        with self._lock:
+            self._follow(model, requested, _parse(returned))
+
+    def _follow(
+        self, model: str, requested: Mapping[str, Sequence[str]], values: dict[str, str | int]
+    ) -> None:
         before = (self._global, dict(self._models))
         if not model:
             self._global = replace(self._global, **values)  # type: ignore[arg-type]
@@ -224,8 +232,9 @@ class Tracing:
             return None
         parent = self._spans.extract(headers)
         sampled = parent is not None and self._spans.sampled(parent)
-        if not self.sample(sampled, params.get("model_name", "")):
-            return None
+        with self._lock:
+            if not self.sample(sampled, params.get("model_name", "")):
+                return None
         return self._spans.begin(method, raw_path, binding, params, parent)
 
     def sample(self, parent_sampled: bool, model: str = "") -> bool:

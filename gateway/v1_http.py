@@ -18,7 +18,7 @@ alike.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import grpc
@@ -136,18 +136,18 @@ def _render(
 class V1Handlers:
     """The v1 routes' translators, bound to the gateway's one channel."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str) -> None:
+    def __init__(self, channel: grpc.Channel, target: str) -> None:
         self._stub = gs_grpc.GRPCServiceStub(channel)
         self._v2 = pb_grpc.GRPCInferenceServiceStub(channel)
         self._target = target
 
-    async def handle(
+    def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: Any
     ) -> V1Answer:
         try:
             if route.rpc == "Infer":
-                return await self._infer(params, request)
-            return await self._control(route.rpc, binding, params, request)
+                return self._infer(params, request)
+            return self._control(route.rpc, binding, params, request)
         except V1Failure as failure:
             if route.rpc != "Infer":
                 return _answer(failure.status)
@@ -155,34 +155,35 @@ class V1Handlers:
                 failure.status, content=_OCTETS, extra=((RESPONSE_HEADER.encode(), b""),)
             )
 
-    async def _call(self, stub: Any, rpc: str, message: Any, metadata: Any) -> Any:
+    def _call(self, stub: Any, rpc: str, message: Any, metadata: Any) -> Any:
         try:
-            return await getattr(stub, rpc)(message, metadata=metadata or None)
-        except grpc.aio.AioRpcError as exc:
+            return getattr(stub, rpc)(message, metadata=metadata or None)
+        except grpc.RpcError as exc:
             raise self._unreachable(exc) from None
 
-    def _unreachable(self, exc: grpc.aio.AioRpcError) -> GatewayError:
+    def _unreachable(self, exc: grpc.RpcError) -> GatewayError:
         """A call that failed as a call (the v1 RPCs report their own errors in-band): the
         gateway's error answer, with the matching NV-Status too."""
         error = rpc_error(exc, self._target)
-        status = rs.RequestStatus(code=_V1_CODES.get(exc.code(), rs.UNKNOWN), msg=error.message)
+        code = _V1_CODES.get(cast(grpc.Call, exc).code(), rs.UNKNOWN)
+        status = rs.RequestStatus(code=code, msg=error.message)
         error.headers = ((STATUS_HEADER, one_line(status)),)
         return error
 
     # --- status, health, model control, repository, shared memory ------------------------
 
-    async def _control(
+    def _control(
         self, rpc: str, binding: Binding, params: dict[str, str], request: Any
     ) -> V1Answer:
         fmt = _format(request.query, request.headers)
         if rpc == "Health":
-            answer = await self._call(
+            answer = self._call(
                 self._stub, rpc, gs.HealthRequest(mode=params["mode"]), request.metadata
             )
             return _answer(answer.request_status, ok=answer.health)
         if rpc == "Status":
             status_request = gs.StatusRequest(model_name=params.get("model_name", ""))
-            answer = await self._call(self._stub, rpc, status_request, request.metadata)
+            answer = self._call(self._stub, rpc, status_request, request.metadata)
             if answer.request_status.code != rs.SUCCESS:
                 return _answer(answer.request_status)
             body, content = _render(answer.server_status, fmt)
@@ -192,12 +193,10 @@ class V1Handlers:
             if kind is None:
                 raise V1Failure(rs.UNKNOWN, f"unknown action type '{params['type']}'")
             control = gs.ModelControlRequest(model_name=params["model_name"], type=kind)
-            answer = await self._call(self._stub, rpc, control, request.metadata)
+            answer = self._call(self._stub, rpc, control, request.metadata)
             return _answer(answer.request_status)
         if rpc == "Repository":
-            answer = await self._call(
-                self._stub, rpc, gs.RepositoryRequest(index=True), request.metadata
-            )
+            answer = self._call(self._stub, rpc, gs.RepositoryRequest(index=True), request.metadata)
             if answer.request_status.code != rs.SUCCESS:
                 return _answer(answer.request_status)
             body, content = _render(answer.index, fmt, json_allowed=False)
@@ -208,7 +207,7 @@ class V1Handlers:
             message = shm(status=shm.Status())
         else:
             message = shm(unregister_all=shm.UnregisterAll())
-        answer = await self._call(self._stub, rpc, message, request.metadata)
+        answer = self._call(self._stub, rpc, message, request.metadata)
         if binding.method != "GET" or answer.request_status.code != rs.SUCCESS:
             return _answer(answer.request_status)
         regions = answer.shared_memory_status.shared_memory_region
@@ -219,7 +218,7 @@ class V1Handlers:
 
     # --- inference ----------------------------------------------------------------------
 
-    async def _infer(self, params: dict[str, str], request: Any) -> V1Answer:
+    def _infer(self, params: dict[str, str], request: Any) -> V1Answer:
         model = params["model_name"]
         version = params.get("model_version", "")
         if version and not version.isdigit():
@@ -236,7 +235,7 @@ class V1Handlers:
             raise V1Failure(
                 rs.INVALID_ARG, f"unable to parse the {REQUEST_HEADER} header: {exc}"
             ) from None
-        sizes = await self._input_sizes(model, version, header, len(request.body), request)
+        sizes = self._input_sizes(model, version, header, len(request.body), request)
         body = request.body
         raw: list[bytes] = []
         offset = 0
@@ -260,7 +259,7 @@ class V1Handlers:
             meta_data=header,
             raw_input=raw,
         )
-        answer = await self._call(self._stub, "Infer", message, request.metadata)
+        answer = self._call(self._stub, "Infer", message, request.metadata)
         meta = answer.meta_data
         head = ((RESPONSE_HEADER.encode(), one_line(meta).encode("ascii")),)
         if answer.request_status.code != rs.SUCCESS:
@@ -272,7 +271,7 @@ class V1Handlers:
         body_out = b"".join((*answer.raw_output, tail))
         return _answer(answer.request_status, body_out, _OCTETS, head)
 
-    async def _input_sizes(
+    def _input_sizes(
         self, model: str, version: str, header: api.InferRequestHeader, body: int, request: Any
     ) -> list[int]:
         """Each input's share of the body: its ``batch_byte_size``, else computed from the
@@ -283,7 +282,7 @@ class V1Handlers:
         ]
         unknown = [k for k, s in enumerate(sizes) if s is None]
         if len(unknown) > 1:
-            config = await self._config(model, version, request)
+            config = self._config(model, version, request)
             for k in unknown:
                 sizes[k] = _fixed_size(config, header.input[k], header.batch_size)
             unknown = [k for k, s in enumerate(sizes) if s is None]
@@ -299,16 +298,17 @@ class V1Handlers:
             sizes[unknown[0]] = max(0, body - known)
         return [s or 0 for s in sizes]
 
-    async def _config(self, model: str, version: str, request: Any) -> mc.ModelConfig:
+    def _config(self, model: str, version: str, request: Any) -> mc.ModelConfig:
         """The model's config (v2 ModelConfig); an unknown model is a v1 failure here."""
         message = pb.ModelConfigRequest(name=model, version=version)
         try:
-            answer = await self._v2.ModelConfig(message, metadata=request.metadata or None)
-        except grpc.aio.AioRpcError as exc:
+            answer = self._v2.ModelConfig(message, metadata=request.metadata or None)
+        except grpc.RpcError as exc:
             error = rpc_error(exc, self._target)
             if error.status == 503:  # the service is unreachable: not the request's fault
                 raise self._unreachable(exc) from None
-            raise V1Failure(_V1_CODES.get(exc.code(), rs.UNKNOWN), error.message) from None
+            code = _V1_CODES.get(cast(grpc.Call, exc).code(), rs.UNKNOWN)
+            raise V1Failure(code, error.message) from None
         config: mc.ModelConfig = answer.config
         return config
 

@@ -4,7 +4,10 @@ v2 REST JSON is not proto3 JSON (flat typed ``data``, binary parts, JSON paramet
 this codec is written by hand. Every input travels to the service as
 ``raw_input_contents`` (JSON data is packed by numpy; binary parts are passed as slices of
 the body), and outputs come back as ``raw_output_contents``, written as JSON arrays or
-appended as binary parts as the request asked. Unknown fields are refused with a 400.
+appended as binary parts as the request asked. Errors are Triton's texts, checked in
+its order (docs/decisions.md lists where we still differ: unknown fields are refused,
+values outside a datatype's range are refused rather than cast, FP16/BF16 are read from
+JSON numbers).
 """
 
 from __future__ import annotations
@@ -31,10 +34,6 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UINT64_MAX = 2**64 - 1
 
 
-_SHM_REGION = "shared_memory_region"
-_SHM_SIZES = ("shared_memory_offset", "shared_memory_byte_size")
-
-
 @dataclass(slots=True)
 class InferCall:
     """The RPC request, plus how each output goes back (binary part, JSON data, or
@@ -50,79 +49,89 @@ class InferCall:
 
 
 def load_json(data: bytes | memoryview, what: str) -> Any:
+    """A JSON body; Triton's text when it is not JSON (``what`` is for our logs only)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise GatewayError(400, f"malformed JSON in {what}: {exc}") from None
+        raise GatewayError(
+            400, f"failed to parse the request JSON buffer: {exc.msg} at {exc.pos}"
+        ) from None
 
 
-def _object(value: Any, where: str, allowed: frozenset[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise GatewayError(400, f"{where} must be a JSON object, got {_kind(value)}")
+def _unknown_keys(value: dict[str, Any], where: str, allowed: frozenset[str]) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
         raise GatewayError(
             400, f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}"
         )
+
+
+def _member(doc: Any, key: str, what: str, expected: type) -> Any:
+    """``doc[key]`` of the JSON type Triton's ``MemberAs...`` wants, or its text."""
+    if not isinstance(doc, dict) or key not in doc:
+        raise _unable(key, f"attempt to access non-existing object member '{key}'")
+    value = doc[key]
+    if type(value) is not expected:
+        raise _unable(key, f"attempt to access JSON non-{what} as {what}")
     return value
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+def _unable(key: str, reason: str) -> GatewayError:
+    return GatewayError(400, f"Unable to parse '{key}': {reason}")
 
 
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise GatewayError(400, f"{where} must be a string, got {_kind(value)}")
-    return value
+_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+_SHM_REGION = "shared_memory_region"
+_SHM_SIZES = ("shared_memory_offset", "shared_memory_byte_size")
 
 
-def set_parameter(target: Any, value: Any, where: str) -> None:
-    """A JSON scalar into an InferParameter (int64 unless it only fits uint64)."""
+def set_parameter(target: Any, value: Any, key: str) -> None:
+    """A JSON scalar into an InferParameter (int64 unless it only fits uint64); anything
+    else is Triton's invalid-type text."""
     if isinstance(value, bool):
         target.bool_param = value
-    elif isinstance(value, int):
-        if _INT64[0] <= value <= _INT64[1]:
+    elif isinstance(value, int) and _INT64[0] <= value <= _UINT64_MAX:
+        if value <= _INT64[1]:
             target.int64_param = value
-        elif 0 <= value <= _UINT64_MAX:
-            target.uint64_param = value
         else:
-            raise GatewayError(400, f"{where} is out of the 64-bit integer range")
-    elif isinstance(value, float):
-        target.double_param = value
+            target.uint64_param = value
+    elif isinstance(value, int | float):
+        target.double_param = float(value)
     elif isinstance(value, str):
         target.string_param = value
     else:
-        raise GatewayError(400, f"{where} must be a boolean, number or string, got {_kind(value)}")
-
-
-def _parameters(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise GatewayError(400, f"'parameters' of {where} must be a JSON object")
-    return value
-
-
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise GatewayError(400, f"Unable to parse '{where}': expected a boolean")
-    return value
+        raise GatewayError(
+            400,
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.",
+        )
 
 
 def decode_infer(
     header: Any, binary: BinaryReader, model_name: str, model_version: str
 ) -> InferCall:
-    """The parsed JSON header (and the body's binary part) -> the RPC request."""
-    doc = _object(header, "the inference request", _REQUEST_KEYS)
-    for key, bound in (("model_name", model_name), ("model_version", model_version)):
-        if key in doc and doc[key] != bound:
-            raise GatewayError(400, f"'{key}' {doc[key]!r} in the body differs from the URL's")
+    """The parsed JSON header (and the body's binary part) -> the RPC request, checked in
+    Triton's order (id, parameters, inputs, outputs) with its texts."""
+    if isinstance(header, dict):
+        _unknown_keys(header, "the inference request", _REQUEST_KEYS)
+        for key, bound in (("model_name", model_name), ("model_version", model_version)):
+            if key in header and header[key] != bound:
+                raise GatewayError(
+                    400, f"'{key}' {header[key]!r} in the body differs from the URL's"
+                )
     request = pb.ModelInferRequest(model_name=model_name, model_version=model_version)
     call = InferCall(request)
+    doc: dict[str, Any] = header if isinstance(header, dict) else {}
     if "id" in doc:
-        request.id = _string(doc["id"], "'id'")
-    for key, value in _parameters(doc.get("parameters", {}), "the request").items():
+        request.id = _member(doc, "id", "string", str)
+    params = doc.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise GatewayError(
+            400, "failed to get request params.: attempt to get members for non-object"
+        )
+    for key, value in (params or {}).items():
         if key == "binary_data_output":
-            call.default_binary = _flag(value, "binary_data_output")
+            call.default_binary = _member(params, key, "boolean", bool)
         elif key.startswith("triton_"):
             raise GatewayError(
                 400,
@@ -130,82 +139,103 @@ def decode_infer(
                 "should not be specified.",
             )
         else:
-            set_parameter(request.parameters[key], value, f"parameter '{key}'")
-    inputs = doc.get("inputs")
+            set_parameter(request.parameters[key], value, key)
+    inputs = doc.get("inputs") if doc else None
     if not isinstance(inputs, list):
-        raise GatewayError(400, "Unable to parse 'inputs': expected a JSON array")
-    for index, item in enumerate(inputs):
-        _decode_input(request, item, index, binary)
+        _member(header, "inputs", "array", list)
+    for item in inputs or ():
+        _decode_input(request, item, binary)
     binary.finish()
     outputs = doc.get("outputs", [])
     if not isinstance(outputs, list):
-        raise GatewayError(400, "Unable to parse 'outputs': expected a JSON array")
-    for index, item in enumerate(outputs):
-        _decode_output(call, item, index)
+        raise _unable("outputs", "attempt to access JSON non-array as array")
+    for item in outputs:
+        _decode_output(call, item)
     return call
 
 
-def _decode_input(
-    request: pb.ModelInferRequest, item: Any, index: int, binary: BinaryReader
-) -> None:
-    spec = _object(item, f"inputs[{index}]", _INPUT_KEYS)
-    name = _string(spec.get("name"), f"'name' of inputs[{index}]")
-    where = f"input '{name}'"
-    datatype = _string(spec.get("datatype"), f"'datatype' of {where}")
-    if datatype not in DATATYPES:
-        raise GatewayError(
-            400, f"{where}: unknown datatype {datatype!r}; expected one of {list(DATATYPES)}"
+def _content_type_error(item: Any) -> GatewayError:
+    """Triton's ValidateInputContentType: exactly one of the three sources."""
+    params = item.get("parameters") if isinstance(item, dict) else None
+    given = [
+        name
+        for name, present in (
+            ("data", isinstance(item, dict) and "data" in item),
+            ("binary_data_size", isinstance(params, dict) and "binary_data_size" in params),
+            ("shared_memory_region", isinstance(params, dict) and "shared_memory_region" in params),
         )
-    shape = spec.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise GatewayError(400, f"Unable to parse 'shape' of {where}: expected non-negative ints")
+        if present
+    ]
+    text = (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But"
+    )
+    text += " set " + " ".join(f"'{g}'" for g in given) if given else " no field is set"
+    return GatewayError(400, text)
+
+
+def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader) -> None:
+    # On the hot path: checks first, message strings only once something is wrong.
+    if type(item) is not dict:
+        raise _content_type_error(item)
+    params = item.get("parameters")
+    if params is None:
+        params = {}
+    elif type(params) is not dict:
+        params = {}  # Triton finds nothing in a non-object
+    has_data = "data" in item
+    size = params.get("binary_data_size")
+    if has_data + (size is not None) + ("shared_memory_region" in params) != 1:
+        raise _content_type_error(item)
+    if not item.keys() <= _INPUT_KEYS:
+        _unknown_keys(item, f"input '{item.get('name')}'", _INPUT_KEYS)
+    name = item.get("name")
+    if type(name) is not str:
+        name = _member(item, "name", "string", str)
+    datatype = item.get("datatype")
+    if type(datatype) is not str:
+        datatype = _member(item, "datatype", "string", str)
+    shape = item.get("shape")
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        shape = _member(item, "shape", "array", list)
+        raise _unable("shape", _NOT_UINT)
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
-    params = _parameters(spec.get("parameters", {}), where)
-    sources = [k for k in ("binary_data_size", _SHM_REGION) if k in params]
-    if "data" in spec:
-        sources.insert(0, "data")
-    if len(sources) != 1:  # Triton's ValidateInputContentType
-        found = " set " + " ".join(f"'{k}'" for k in sources) if sources else " no field is set"
-        raise GatewayError(
-            400,
-            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
-            "'parameters', 'shared_memory_region' in 'parameters'. But" + found,
-        )
-    if sources[0] == _SHM_REGION:
+    if _SHM_REGION in params:
         _check_shared_memory(params)
         # Triton's HTTP frontend reads a missing byte size as 0; the gRPC form needs it.
         params = {"shared_memory_byte_size": 0, **params}
     for key, value in params.items():
         if key != "binary_data_size":
-            set_parameter(tensor.parameters[key], value, f"parameter '{key}' of {where}")
-    if sources[0] == "data":
-        request.raw_input_contents.append(json_to_raw(spec["data"], datatype, shape, where))
-    elif sources[0] == "binary_data_size":
-        size = params["binary_data_size"]
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise GatewayError(400, f"Unable to parse 'binary_data_size' of {where}")
+            set_parameter(tensor.parameters[key], value, key)
+    if has_data:
+        if datatype not in DATATYPES:
+            raise GatewayError(400, f"invalid datatype for input {name}")
+        where = f"input '{name}'"
+        request.raw_input_contents.append(json_to_raw(item["data"], datatype, shape, where))
+    elif size is not None:
+        if type(size) is not int or size < 0:
+            raise _unable("binary_data_size", _NOT_UINT)
         request.raw_input_contents.append(binary.take(size, name))
     # a shared-memory input takes no raw_input_contents entry: the service reads the region
 
 
 def _check_shared_memory(params: dict[str, Any]) -> None:
     """Triton's CheckSharedMemoryData: a string region, unsigned offset and byte size."""
-    if not isinstance(params[_SHM_REGION], str):
-        raise GatewayError(400, f"Unable to parse '{_SHM_REGION}'")
+    if type(params[_SHM_REGION]) is not str:
+        raise _unable(_SHM_REGION, "attempt to access JSON non-string as string")
     for key in _SHM_SIZES:
         value = params.get(key, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise GatewayError(400, f"Unable to parse '{key}'")
+        if type(value) is not int or value < 0:
+            raise _unable(key, _NOT_UINT)
 
 
-def _decode_output(call: InferCall, item: Any, index: int) -> None:
-    spec = _object(item, f"outputs[{index}]", _OUTPUT_KEYS)
-    name = _string(spec.get("name"), f"'name' of outputs[{index}]")
-    tensor = call.request.outputs.add(name=name)
-    params = _parameters(spec.get("parameters", {}), f"output '{name}'")
-    if _SHM_REGION in params:  # Triton's ValidateOutputParameter
+def _decode_output(call: InferCall, item: Any) -> None:
+    name = _member(item, "name", "string", str)
+    _unknown_keys(item, f"output '{name}'", _OUTPUT_KEYS)
+    params = item.get("parameters", {})
+    if not isinstance(params, dict):
+        params = {}  # Triton finds nothing in a non-object
+    if "shared_memory_region" in params:
         if "classification" in params:
             raise GatewayError(
                 400, "Output can't set both 'shared_memory_region' and 'classification'"
@@ -216,11 +246,14 @@ def _decode_output(call: InferCall, item: Any, index: int) -> None:
             )
         _check_shared_memory(params)
         call.shared_memory.add(name)
+    tensor = call.request.outputs.add(name=name)
     for key, value in params.items():
         if key == "binary_data":
-            call.binary[name] = _flag(value, "binary_data")
+            call.binary[name] = _member(params, key, "boolean", bool)
+        elif key == "classification" and (type(value) is not int or value < 0):
+            raise GatewayError(400, f"Unable to set 'classification': {_NOT_UINT}")
         else:
-            set_parameter(tensor.parameters[key], value, f"parameter '{key}' of output '{name}'")
+            set_parameter(tensor.parameters[key], value, key)
 
 
 def parameter_value(param: pb.InferParameter) -> Any:

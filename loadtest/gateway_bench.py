@@ -3,7 +3,15 @@
 Starts the service and the gateway on 127.0.0.1 (ports picked by the OS, read from their
 start-up lines) with a temporary repository holding ``add_sub`` (tiny: the per-request
 cost) and ``mlp`` (``tests/models.py`` ``mlp_model()``: 3 x 1024 FP32, real compute), then
-drives ModelInfer closed-loop at each concurrency through three paths:
+measures, in this order:
+
+1. the target: real Triton clients (tritonclient, perf_analyzer) at concurrency 1 on
+   add_sub, each through the gateway vs straight to the service (``gateway_clients.py``);
+2. minimal clients, every model x concurrency, through three paths (below);
+3. REST throughput through a gateway with ``--workers 1`` and one with ``--workers N``
+   (default 2) at concurrency 32.
+
+The minimal clients' paths:
 
 - ``grpc``: grpc.aio stub straight to the service, inputs in ``raw_input_contents``;
 - ``rest-binary``: HTTP/1.1 keep-alive POST .../infer to the gateway, binary tensor
@@ -15,8 +23,8 @@ one channel for gRPC), so client overhead is alike and small. Paths alternate in
 so slow drift of a shared machine hits all of them; each figure is the median over rounds.
 Every run is bounded (duration and a request cap) and touches only the loopback interface.
 
-    .venv/bin/python loadtest/gateway_bench.py            # ~2 min; writes results/gateway_bench.md
-    .venv/bin/python loadtest/gateway_bench.py --quick    # ~30 s smoke run, prints only
+    .venv/bin/python loadtest/gateway_bench.py            # ~4 min; writes results/gateway_bench.md
+    .venv/bin/python loadtest/gateway_bench.py --quick    # ~1 min smoke run, prints only
 
 Needs the server environment with the dev extra (onnx builds the MLP); SERVICE_PYTHON
 overrides the interpreter that runs the service and the gateway, as in the tests.
@@ -28,15 +36,11 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import re
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -51,59 +55,20 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import models  # noqa: E402  (tests/models.py: the MLP builder)
+from bench_procs import Proc, gateway_proc  # noqa: E402
+from gateway_clients import measure_perf_analyzer, measure_tritonclient  # noqa: E402
+from gateway_report import report  # noqa: E402
 
 RESULTS = ROOT / "loadtest" / "results" / "gateway_bench.md"
 PATHS = ("grpc", "rest-binary", "rest-json")
 MAX_REQUESTS = 200_000  # per measured window, whatever the machine does
-TARGET_RATIO = 1.5
 
 
 # --------------------------------------------------------------------------- processes
 
 
-class Proc:
-    """A subprocess whose stderr is scanned for its start-up line (and kept)."""
-
-    def __init__(self, args: list[str], started: str) -> None:
-        self.lines: list[str] = []
-        self.port = 0
-        self._ready = threading.Event()
-        self._pattern = re.compile(started)
-        self.proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(60):
-            self.stop()
-            raise RuntimeError("did not start:\n" + "".join(self.lines))
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            match = self._pattern.search(line)
-            if match and not self._ready.is_set():
-                self.port = int(match.group(1))
-                self._ready.set()
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        code = self.proc.wait(30)
-        self._reader.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        return code
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def write_repository(repo: Path) -> None:
@@ -283,70 +248,53 @@ async def run_path(
 # --------------------------------------------------------------------------- report
 
 
-def median(windows: list[Window], value: Callable[[Window], float]) -> float:
-    return statistics.median(value(w) for w in windows)
+async def measure_matrix(
+    args: argparse.Namespace, service: Proc, gateway: Proc
+) -> dict[tuple[str, int, str], list[Window]]:
+    """Minimal clients, every model x concurrency x path, paths alternating per round."""
+    results: dict[tuple[str, int, str], list[Window]] = {}
+    for model in args.models:
+        for conc in args.concurrency:
+            for round_ in range(args.rounds):
+                order = PATHS if round_ % 2 == 0 else tuple(reversed(PATHS))
+                for path in order:
+                    if path not in args.paths:
+                        continue
+                    window = await run_path(
+                        path, model, conc, service, gateway, args.warmup, args.duration
+                    )
+                    results.setdefault((model, conc, path), []).append(window)
+                    print(
+                        f"{model} c={conc} {path} round {round_}: {window.rps:,.0f} "
+                        f"req/s, p50 {window.pct(50):,.0f} µs",
+                        flush=True,
+                    )
+    return {
+        k: results[k]
+        for k in sorted(results, key=lambda k: (args.models.index(k[0]), k[1], PATHS.index(k[2])))
+    }
 
 
-def p50(w: Window) -> float:
-    return w.pct(50)
-
-
-def p99(w: Window) -> float:
-    return w.pct(99)
-
-
-def mean(w: Window) -> float:
-    return w.mean
-
-
-def rps(w: Window) -> float:
-    return w.rps
-
-
-def report(
-    results: dict[tuple[str, int, str], list[Window]], args: argparse.Namespace, load_before: str
-) -> str:
-    lines = [
-        "# Gateway benchmark: REST through the gateway vs gRPC direct",
-        "",
-        f"Command: `{' '.join(['.venv/bin/python loadtest/gateway_bench.py', *sys.argv[1:]])}`",
-        f"Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
-        f"{platform.python_version()}, {platform.machine()}; load average before the run: "
-        f"{load_before}. Client, gateway and service share these CPUs.",
-        f"Each figure: median over {args.rounds} alternating rounds of {args.duration:g} s "
-        f"(after {args.warmup:g} s warm-up each), closed loop, one sample per request.",
-        "",
-        "| model | conc | path | req/s | p50 µs | p99 µs | mean µs | p50 ratio | mean ratio "
-        "| service CPU µs/req | gateway CPU µs/req |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    verdicts = []
-    for (model, conc, path), windows in results.items():
-        direct = results.get((model, conc, "grpc"))
-        lat50, lat_mean = median(windows, p50), median(windows, mean)
-        ratio_p50 = ratio_mean = ""
-        if direct and path != "grpc":
-            r50 = lat50 / median(direct, p50)
-            rmean = lat_mean / median(direct, mean)
-            ratio_p50, ratio_mean = f"{r50:.2f}x", f"{rmean:.2f}x"
-            if model == "add_sub" and conc == 1 and path == "rest-binary":
-                verdicts.append((r50, rmean))
-        reqs = sum(w.requests for w in windows)
-        svc = sum(w.service_cpu_s for w in windows) / reqs * 1e6
-        gw = sum(w.gateway_cpu_s for w in windows) / reqs * 1e6 if path != "grpc" else 0.0
-        lines.append(
-            f"| {model} | {conc} | {path} | {median(windows, rps):,.0f} | {lat50:,.0f} | "
-            f"{median(windows, p99):,.0f} | {lat_mean:,.0f} | {ratio_p50} | {ratio_mean} | "
-            f"{svc:,.0f} | {gw:,.0f} |"
-        )
-    lines.append("")
-    for r50, rmean in verdicts:
-        ok = "met" if r50 <= TARGET_RATIO else "NOT met"
-        lines.append(
-            f"Target (REST binary through the gateway <= {TARGET_RATIO}x gRPC-direct latency at "
-            f"concurrency 1 on add_sub): p50 ratio {r50:.2f}x, mean ratio {rmean:.2f}x: **{ok}**."
-        )
-    return "\n".join(lines) + "\n"
+async def measure_workers(
+    args: argparse.Namespace, service: Proc, gateways: dict[int, Proc]
+) -> dict[int, list[Window]]:
+    """REST binary add_sub at --workers-concurrency through each gateway, alternating."""
+    out: dict[int, list[Window]] = {}
+    for round_ in range(args.rounds):
+        order = sorted(gateways) if round_ % 2 == 0 else sorted(gateways, reverse=True)
+        for count in order:
+            window = await run_path(
+                "rest-binary",
+                "add_sub",
+                args.workers_concurrency,
+                service,
+                gateways[count],
+                args.warmup,
+                args.duration,
+            )
+            out.setdefault(count, []).append(window)
+            print(f"workers={count} round {round_}: {window.rps:,.0f} req/s", flush=True)
+    return out
 
 
 async def main_async(args: argparse.Namespace, load_before: str) -> int:
@@ -356,63 +304,41 @@ async def main_async(args: argparse.Namespace, load_before: str) -> int:
         write_repository(repo)
         service = Proc(
             [
-                python,
-                "-m",
-                "service",
-                "--grpc-address",
-                "127.0.0.1",
-                "--grpc-port",
-                "0",
-                "--model-repository",
-                str(repo),
+                *(python, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"),
+                *("--model-repository", str(repo)),
             ],
             r"Started GRPCInferenceService at [^\s:]+:(\d+)",
         )
-        gateway = Proc(
-            [
-                python,
-                "-m",
-                "gateway",
-                "--grpc-target",
-                f"127.0.0.1:{service.port}",
-                "--http-address",
-                "127.0.0.1",
-                "--http-port",
-                "0",
-            ],
-            r"Started HTTPService at [^\s:]+:(\d+)",
-        )
-        results: dict[tuple[str, int, str], list[Window]] = {}
+        target = f"127.0.0.1:{service.port}"
+        gateways = {1: gateway_proc(python, target)}
+        codes: list[int] = []
         try:
-            for model in args.models:
-                for conc in args.concurrency:
-                    for round_ in range(args.rounds):
-                        order = PATHS if round_ % 2 == 0 else tuple(reversed(PATHS))
-                        for path in order:
-                            if path not in args.paths:
-                                continue
-                            window = await run_path(
-                                path, model, conc, service, gateway, args.warmup, args.duration
-                            )
-                            results.setdefault((model, conc, path), []).append(window)
-                            print(
-                                f"{model} c={conc} {path} round {round_}: {window.rps:,.0f} "
-                                f"req/s, p50 {window.pct(50):,.0f} µs",
-                                flush=True,
-                            )
+            gateway = gateways[1]
+            grpc_url, http_url = target, f"127.0.0.1:{gateway.port}"
+            clients = [
+                await asyncio.to_thread(
+                    measure_tritonclient, grpc_url, http_url, args.client_rounds, 300
+                ),
+                await asyncio.to_thread(
+                    measure_perf_analyzer, grpc_url, http_url, args.perf_analyzer_rounds
+                ),
+            ]
+            for ratio in clients:
+                print(f"{ratio.client}: {ratio.missing or f'{ratio.ratio:.2f}x'}", flush=True)
+            results = await measure_matrix(args, service, gateway)
+            workers: dict[int, list[Window]] = {}
+            if args.workers > 1:
+                gateways[args.workers] = gateway_proc(python, target, args.workers)
+                workers = await measure_workers(args, service, gateways)
         finally:
-            codes = (gateway.stop(), service.stop())
-    ordered = {
-        k: results[k]
-        for k in sorted(results, key=lambda k: (args.models.index(k[0]), k[1], PATHS.index(k[2])))
-    }
-    text = report(ordered, args, load_before)
+            codes = [gw.stop() for gw in gateways.values()] + [service.stop()]
+    text = report(results, clients, workers, args, load_before, _loadavg())
     print(text)
     if not args.quick:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(text, encoding="utf-8")
         print(f"wrote {RESULTS.relative_to(ROOT)}")
-    return 0 if codes == (0, 0) else 1
+    return 0 if not any(codes) else 1
 
 
 def main() -> int:
@@ -423,11 +349,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=3.0, help="measured seconds per window")
     parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument(
+        "--client-rounds", type=int, default=10, help="tritonclient rounds (300 requests each)"
+    )
+    parser.add_argument("--perf-analyzer-rounds", type=int, default=3)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="also measure a gateway with this many workers"
+    )
+    parser.add_argument("--workers-concurrency", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="1 round of 1 s; print, write nothing")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.duration, args.warmup = 1, 1.0, 0.5
-    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        args.client_rounds, args.perf_analyzer_rounds = 2, 1
+    load_before = _loadavg()
     try:
         import uvloop
     except ImportError:

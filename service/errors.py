@@ -10,7 +10,7 @@ Exception tree::
     ├── NotFound            unknown model or version
     ├── AlreadyExists       a shared-memory region name already registered
     ├── Unavailable         model not ready, server shutting down
-    ├── ResourceExhausted   message too large, queue full
+    ├── ResourceExhausted   message too large
     ├── Unimplemented       RPC or feature a later release provides
     ├── Cancelled           the caller went away
     └── Internal            backend failure (carries the backend's message)

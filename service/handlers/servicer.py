@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
+#: A ModelStreamInfer caller that sends this metadata (the REST gateway) gets the status
+#: of each in-band error in the ``ERROR_CODE_PARAMETER`` string parameter of its
+#: response, e.g. "INVALID_ARGUMENT": Triton's generate endpoints answer a request
+#: refused before inference differently from a model's error response. Other callers
+#: get Triton's in-band errors unchanged (message only).
+ERROR_CODES_METADATA = ("gateway-error-codes", "1")
+ERROR_CODE_PARAMETER = "error_code"
+
 
 def _not_yet(rpc: str, extension: str) -> Unimplemented:
     return Unimplemented(f"{rpc} is not implemented by this server yet ({extension} extension)")
@@ -154,15 +162,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
+        codes = ERROR_CODES_METADATA in tuple(context.invocation_metadata() or ())
 
         async def serve_one(request: pb.ModelInferRequest) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
-                async for response in self._stream_responses(request, context):
+                async for response in self._stream_responses(request, context, codes=codes):
                     await results.put(response)
                 return
             with trace:
-                async for response in self._stream_responses(request, context, trace):
+                async for response in self._stream_responses(request, context, trace, codes):
                     await results.put(response)
 
         async def read_requests() -> None:
@@ -199,13 +208,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _stream_responses(
-        self, request: pb.ModelInferRequest, context: Context, trace: RequestTrace | None = None
+        self,
+        request: pb.ModelInferRequest,
+        context: Context,
+        trace: RequestTrace | None = None,
+        codes: bool = False,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Every response of one request (several for decoupled models), errors in-band.
+        """Every response of one request (several for decoupled models), errors in-band
+        (``codes``: with their status, see ERROR_CODES_METADATA).
 
         A ``trace`` gets the execution's timings (its record) and an event per response;
         an in-band error sets its status.
         """
+        status = grpc.StatusCode.INTERNAL
         try:
             record = None if trace is None else trace.record
             decoded = decode_infer_request(request)
@@ -222,7 +237,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return
         except ServerError as exc:
             message = exc.message  # already carries the request id prefix where it belongs
-            log_request_error("ModelStreamInfer", request, GRPC_STATUS[exc.code], message)
+            status = GRPC_STATUS[exc.code]
+            log_request_error("ModelStreamInfer", request, status, message)
         except Exception:
             message = "internal error in ModelStreamInfer"
             log_request_error(
@@ -234,12 +250,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             )
         if trace is not None:
             trace.fail(message)
-        yield pb.ModelStreamInferResponse(
+        reply = pb.ModelStreamInferResponse(
             error_message=message,
             infer_response=pb.ModelInferResponse(
                 model_name=request.model_name, model_version=request.model_version, id=request.id
             ),
         )
+        if codes:
+            reply.infer_response.parameters[ERROR_CODE_PARAMETER].string_param = status.name
+        yield reply
 
     @grpc_errors
     async def ModelStatistics(

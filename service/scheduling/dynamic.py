@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from inference import model_config_pb2 as mc
 
+from ..backends.base import RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .base import ExecutionResult, Job
@@ -45,7 +46,7 @@ class DynamicBatchScheduler:
         self._pool = pool
         self._stats = stats
         self._clock = clock
-        self._policy = BatchPolicy.from_config(config)
+        self._policy = BatchPolicy.from_config(config, _ragged_inputs(config, pool))
         self._queues = PriorityQueues.from_config(config.dynamic_batching)
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
@@ -67,10 +68,8 @@ class DynamicBatchScheduler:
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
         loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
-        self._queues.push(job, job.enqueue_ns)  # may raise ResourceExhausted
+        self._queues.push(job, job.enqueue_ns)  # may refuse: queue full
         job.future = loop.create_future()
-        job.seq = self._seq
-        self._seq += 1
         self._inflight += 1
         self._driver.wake()
         try:
@@ -84,35 +83,45 @@ class DynamicBatchScheduler:
     def _step(self) -> None:
         """One pass of the batching rules; forms as many batches as free instances allow."""
         now = self._clock()
-        for job in self._queues.drop_done():
+        queues = self._queues
+        for _ in queues.drop_done():
             self._stats.record_cancelled()
-            self._complete(job, None)
-        for job in self._queues.expire(now):
-            self._complete(
-                job,
-                functools.partial(
-                    self._fail, job, Unavailable("Request timeout expired", failure="REJECTED")
-                ),
-            )
-        if self._delay_count:
-            if len(self._queues) < self._delay_count:
+        if self._delay_count:  # Triton's test hook: nothing at all happens until N queued
+            if len(queues) < self._delay_count:
                 return
             self._delay_count = 0
+        if queues.has_timeouts:
+            self._reject(queues.reject_expired(now))
         wait_until = None
-        while len(self._queues) and self._pool.has_free:
-            decision = self._policy.decide(self._queues, now)
+        while len(queues) and self._pool.has_free:
+            decision = self._policy.decide(queues.scan(now), now)
+            if queues.has_timeouts:
+                self._reject(queues.take_rejected())
             if not decision.take:
                 wait_until = decision.wait_until_ns
                 break
             worker = self._pool.try_acquire()
             assert worker is not None
-            self._dispatch(worker, self._queues.pop(decision.take))
-        deadline = self._queues.next_deadline()
-        if deadline is not None and (wait_until is None or deadline < wait_until):
-            wait_until = deadline
+            self._dispatch(worker, queues.pop(decision.take))
+        if queues.has_timeouts:
+            expiry = queues.next_expiry_ns()
+            if expiry is not None and (wait_until is None or expiry < wait_until):
+                wait_until = expiry
         self._driver.arm(wait_until, now)
 
+    @staticmethod
+    def _reject(jobs: list[Job]) -> None:
+        """Timed-out requests fail at once, outside any preserve_ordering (as in Triton)."""
+        for job in jobs:
+            DynamicBatchScheduler._fail(
+                job, Unavailable("Request timeout expired", failure="REJECTED")
+            )
+
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
+        if self._preserve_ordering:  # responses leave in the order requests leave the queue
+            for job in jobs:
+                job.seq = self._seq
+                self._seq += 1
         execution = self._pool.launch_jobs(worker, jobs)
         self._executing.add(execution)
         execution.add_done_callback(lambda done: self._finished(jobs, done))
@@ -146,13 +155,12 @@ class DynamicBatchScheduler:
         if job.future is not None and not job.future.done():
             job.future.set_exception(error)
 
-    def _complete(self, job: Job, deliver: Callable[[], None] | None) -> None:
+    def _complete(self, job: Job, deliver: Callable[[], None]) -> None:
         """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""
         if not self._preserve_ordering:
-            if deliver is not None:
-                deliver()
+            deliver()
             return
-        self._held[job.seq] = deliver or (lambda: None)
+        self._held[job.seq] = deliver
         while self._next_release in self._held:
             self._held.pop(self._next_release)()
             self._next_release += 1
@@ -165,3 +173,11 @@ class DynamicBatchScheduler:
             await asyncio.sleep(0.01)
         self._driver.close()
         await self._pool.aclose()
+
+
+def _ragged_inputs(config: mc.ModelConfig, pool: InstancePool) -> frozenset[str]:
+    """Inputs whose shapes may differ within a batch: ``allow_ragged_batch`` ones, for
+    backends that take requests one by one (a merged tensor batch needs equal shapes)."""
+    if not pool.workers or not isinstance(pool.workers[0].instance, RequestInstance):
+        return frozenset()
+    return frozenset(i.name for i in config.input if i.allow_ragged_batch)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -10,14 +9,13 @@ from inference import model_config_pb2 as mc
 
 from ..statistics import ModelStats
 from .base import Scheduler
+from .batching_config import prepare_dynamic_batching
 from .default import DefaultScheduler
 from .dynamic import DynamicBatchScheduler
 from .instances import InstancePool
 from .sequence import SequenceBatchScheduler
 
 __all__ = ["create_scheduler"]
-
-log = logging.getLogger(__name__)
 
 
 def create_scheduler(
@@ -33,10 +31,8 @@ def create_scheduler(
     if config.HasField("sequence_batching"):
         return SequenceBatchScheduler(config, pool, stats, declared or {}, model_path or Path("."))
     if config.HasField("dynamic_batching"):
-        if config.max_batch_size > 0:
-            return DynamicBatchScheduler(config, pool, stats)
-        log.warning(
-            "model '%s': dynamic_batching needs max_batch_size > 0; using the default scheduler",
-            config.name,
-        )
+        # Triton batches nothing when max_batch_size is 0, but priorities and queue
+        # policies still apply: its dynamic batcher runs with batches of one.
+        prepare_dynamic_batching(config)
+        return DynamicBatchScheduler(config, pool, stats)
     return DefaultScheduler(pool, stats)

@@ -13,10 +13,11 @@ import pytest
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
-from service.errors import Internal, ResourceExhausted, Unavailable
+from service.errors import Internal, Unavailable
 from service.scheduling.base import Job
 from service.scheduling.default import DefaultScheduler
 from service.scheduling.dynamic import DynamicBatchScheduler
+from service.scheduling.factory import create_scheduler
 from service.scheduling.instances import InstancePool, InstanceWorker
 from service.statistics import ModelStats
 
@@ -30,12 +31,15 @@ class Doubler:
         self.batches: list[int] = []
         self.fail = False
         self.started = threading.Event()
+        self.gate: threading.Event | None = None  # when set: executions wait for it
 
     def signature(self) -> Any:
         raise NotImplementedError
 
     def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
         self.started.set()
+        if self.gate is not None:
+            self.gate.wait(30)
         self.batches.append(len(inputs["X"]))
         time.sleep(self.delay)
         if self.fail:
@@ -170,19 +174,28 @@ async def test_deadline_while_queued_counts_as_cancelled() -> None:
     await scheduler.stop()
 
 
-async def test_queue_full_is_resource_exhausted() -> None:
-    busy = Doubler(delay=0.2)
+async def test_queue_full_is_unavailable_with_the_request_id() -> None:
+    busy = Doubler()
+    busy.gate = threading.Event()  # the first request holds the only instance until opened
     cfg = config(max_batch=1)
     cfg.dynamic_batching.default_queue_policy.max_queue_size = 1
     scheduler = DynamicBatchScheduler(
         cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
-    await asyncio.sleep(0.02)
+    assert await asyncio.to_thread(busy.started.wait, 30)
     waiting = asyncio.create_task(scheduler.submit(request(2)))
-    await asyncio.sleep(0.01)
-    with pytest.raises(ResourceExhausted, match="Exceeds maximum queue size"):
-        await scheduler.submit(request(3))
+    await asyncio.sleep(0)  # queued: the queue is now full
+    try:
+        with pytest.raises(Unavailable) as full:
+            await scheduler.submit(request(3))
+        assert full.value.message == "[request id: <id_unknown>] Exceeds maximum queue size"
+        named = request(4)
+        named.request_id = "r4"
+        with pytest.raises(Unavailable, match=r"^\[request id: r4\] Exceeds maximum queue size$"):
+            await scheduler.submit(named)
+    finally:
+        busy.gate.set()
     await asyncio.gather(running, waiting)
     await scheduler.stop()
 
@@ -196,8 +209,9 @@ async def test_timeout_reject_fails_the_queued_request() -> None:
     )
     running = asyncio.create_task(scheduler.submit(request(1)))
     await asyncio.sleep(0.02)
-    with pytest.raises(Unavailable, match="Request timeout expired"):
+    with pytest.raises(Unavailable, match=r"^Request timeout expired$") as rejected:
         await scheduler.submit(request(2))
+    assert rejected.value.failure == "REJECTED"  # Triton's failure reason
     await running
     assert busy.batches == [1]
     await scheduler.stop()
@@ -294,4 +308,172 @@ async def test_default_scheduler_counts_requests_cancelled_while_waiting() -> No
         await asyncio.wait_for(scheduler.submit(request(2)), timeout=0.05)
     await running
     assert busy.batches == [1] and stats.cancelled == 1
+    await scheduler.stop()
+
+
+async def test_a_rejected_request_fails_at_once_even_with_preserve_ordering() -> None:
+    busy = Doubler()
+    busy.gate = threading.Event()
+    cfg = config(max_batch=1, preserve_ordering=True)
+    cfg.dynamic_batching.default_queue_policy.default_timeout_microseconds = 50_000
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), delay_count=0
+    )
+    running = asyncio.create_task(scheduler.submit(request(1)))
+    await asyncio.to_thread(busy.started.wait)
+    with pytest.raises(Unavailable, match=r"^Request timeout expired$"):
+        await scheduler.submit(request(2))
+    # Triton answers a rejection directly, not through the ordered response queue.
+    assert not running.done()
+    busy.gate.set()
+    await running
+    await scheduler.stop()
+
+
+async def test_a_delayed_request_runs_after_its_level_but_before_lower_levels() -> None:
+    busy = Doubler()
+    gate = threading.Event()
+    busy.gate = gate
+    cfg = config(max_batch=1, priority_levels=2, default_priority_level=2)
+    policy = cfg.dynamic_batching.priority_queue_policy[1]
+    policy.timeout_action = mc.ModelQueuePolicy.DELAY
+    policy.default_timeout_microseconds = 50_000
+    now = [10**12]
+    scheduler = DynamicBatchScheduler(
+        cfg, InstancePool([InstanceWorker(busy)]), ModelStats(), lambda: now[0], delay_count=0
+    )
+    order: list[float] = []
+
+    async def call(value: float, priority: int) -> None:
+        job = request(value)
+        job.priority = priority
+        await scheduler.submit(job)
+        order.append(value)
+
+    first = asyncio.create_task(call(0, 2))
+    await asyncio.to_thread(busy.started.wait)  # executing, held at the gate
+    late, low = asyncio.create_task(call(1, 1)), asyncio.create_task(call(2, 2))
+    await asyncio.sleep(0)
+    now[0] += 60_000_000  # "late" is past its 50 ms timeout; DELAY applies at the next scan
+    fresh = asyncio.create_task(call(3, 1))
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, late, low, fresh)
+    assert order == [0, 3, 1, 2]
+    await scheduler.stop()
+
+
+async def test_factory_checks_and_completes_the_batching_config() -> None:
+    pool = InstancePool([InstanceWorker(Doubler())])
+    cfg = config(max_batch=8)
+    scheduler = create_scheduler(cfg, pool, ModelStats())
+    assert isinstance(scheduler, DynamicBatchScheduler)
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [8]  # as Triton reports it
+    await scheduler.stop()
+    bad = config(max_batch=8, preferred_batch_size=[16])
+    with pytest.raises(ValueError, match="preferred size must be <= max batch size for m"):
+        create_scheduler(bad, InstancePool([InstanceWorker(Doubler())]), ModelStats())
+
+
+async def test_max_batch_size_zero_keeps_priorities_with_batches_of_one() -> None:
+    busy = Doubler()
+    busy.gate = threading.Event()
+    cfg = config(max_batch=0, priority_levels=2, default_priority_level=2)
+    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(busy)]), ModelStats())
+    assert isinstance(scheduler, DynamicBatchScheduler)
+    order: list[float] = []
+
+    async def call(value: float, priority: int) -> None:
+        job = Job({"X": np.full((3,), value, np.float32)}, ["Y"], 0, priority=priority)
+        result = await scheduler.submit(job)
+        assert result.outputs["Y"].shape == (3,)
+        order.append(value)
+
+    first = asyncio.create_task(call(0, 2))
+    await asyncio.to_thread(busy.started.wait)
+    later = [asyncio.create_task(call(1, 2)), asyncio.create_task(call(2, 1))]
+    await asyncio.sleep(0.01)  # both queued behind the held execution
+    busy.gate.set()
+    await asyncio.gather(first, *later)
+    assert order == [0, 2, 1] and busy.batches == [3, 3, 3]
+    await scheduler.stop()
+
+
+async def test_huge_numeric_batcher_fields_load_and_serve() -> None:
+    cfg = config(
+        max_batch=4,
+        priority_levels=2**64 - 1,
+        default_priority_level=2**32,
+        max_queue_delay_microseconds=2**64 - 1,
+    )
+    policy = cfg.dynamic_batching.default_queue_policy
+    policy.max_queue_size = 2**32 - 1
+    policy.default_timeout_microseconds = 2**64 - 1
+    policy.allow_timeout_override = True
+    fake = Doubler()
+    start = time.monotonic()
+    scheduler = create_scheduler(cfg, InstancePool([InstanceWorker(fake)]), ModelStats())
+    assert time.monotonic() - start < 1.0
+    jobs = [request(i) for i in range(4)]
+    for i, job in enumerate(jobs):
+        job.priority = [0, 1, 2**40, 2**64 - 1][i]
+        job.timeout_us = 2**64 - 1
+    # The first request arms a timer for the (practically endless) queue delay; the fourth
+    # reaches the preferred size (max_batch_size) and all four go at once.
+    first = asyncio.create_task(scheduler.submit(jobs[0]))
+    await asyncio.sleep(0.02)
+    results = await asyncio.gather(first, *(scheduler.submit(j) for j in jobs[1:]))
+    assert fake.batches == [4]
+    assert [float(r.outputs["Y"][0, 0]) for r in results] == [0.0, 2.0, 4.0, 6.0]
+    await scheduler.stop()
+
+
+class RequestEcho:
+    """A request backend (as Python models are): Y = X per request; records each call."""
+
+    def __init__(self) -> None:
+        self.spec = InstanceSpec("echo_0", "KIND_CPU", 0, 1)
+        self.calls: list[list[tuple[int, ...]]] = []
+
+    def signature(self) -> None:
+        return None
+
+    def execute_requests(self, requests: Sequence[Any], senders: Sequence[Any]) -> None:
+        self.calls.append([tuple(r.inputs["X"].shape) for r in requests])
+        for request, sender in zip(requests, senders, strict=True):
+            sender.send({"Y": request.inputs["X"]}, final=True)
+
+    def close(self) -> None:
+        pass
+
+
+def ragged_config(ragged: bool) -> mc.ModelConfig:
+    cfg = config(max_batch=8)
+    cfg.input.add(name="X", data_type=mc.TYPE_FP32, dims=[-1], allow_ragged_batch=ragged)
+    return cfg
+
+
+@pytest.mark.parametrize("ragged", [True, False])
+async def test_ragged_inputs_share_a_batch_only_on_request_backends(ragged: bool) -> None:
+    echo = RequestEcho()
+    scheduler = DynamicBatchScheduler(
+        ragged_config(ragged), InstancePool([InstanceWorker(echo)]), ModelStats(), delay_count=2
+    )
+    narrow = Job({"X": np.zeros((1, 3), np.float32)}, ["Y"], 1)
+    wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
+    await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
+    # Triton enforces equal shapes only for variable-size inputs that are not ragged.
+    assert echo.calls == ([[(1, 3), (1, 5)]] if ragged else [[(1, 3)], [(1, 5)]])
+    await scheduler.stop()
+
+
+async def test_tensor_backends_never_merge_different_shapes_even_if_ragged() -> None:
+    fake = Doubler()
+    scheduler = DynamicBatchScheduler(
+        ragged_config(True), InstancePool([InstanceWorker(fake)]), ModelStats(), delay_count=2
+    )
+    narrow = Job({"X": np.zeros((1, 3), np.float32)}, ["Y"], 1)
+    wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
+    await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
+    assert fake.batches == [1, 1]  # one merged tensor needs equal shapes
     await scheduler.stop()

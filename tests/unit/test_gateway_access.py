@@ -10,7 +10,8 @@ import pytest
 from gateway.access import GROUP_METHODS, Access
 from gateway.config import API_GROUPS, RestrictedApi, parse_args, restricted_apis
 from gateway.errors import GatewayError
-from gateway.handlers import Handlers, HttpRequest
+from gateway.handlers import Handlers
+from gateway.messages import HttpRequest
 from gateway.routes import load_routes
 from inference import grpc_service_pb2 as pb
 from service.config import PROTOCOL_GROUPS
@@ -86,14 +87,14 @@ class _Stub:
         self.seen: list[tuple[str, Any]] = []
 
     def __getattr__(self, rpc: str) -> Any:
-        async def call(message: Any, metadata: Any = None) -> Any:
+        def call(message: Any, metadata: Any = None) -> Any:
             self.seen.append((rpc, metadata))
             return pb.ServerReadyResponse(ready=True)
 
         return call
 
 
-async def test_handlers_send_the_request_metadata() -> None:
+def test_handlers_send_the_request_metadata() -> None:
     handlers = Handlers.__new__(Handlers)
     stub = _Stub()
     handlers._stub = stub  # type: ignore[assignment]
@@ -101,6 +102,6 @@ async def test_handlers_send_the_request_metadata() -> None:
     route = next(r for r in load_routes() if r.rpc == "ServerReady")
     metadata = (("traceparent", "00-a-b-01"),)
     request = HttpRequest("GET", b"/v2/health/ready", {}, b"", metadata)
-    response = await handlers.handle(route, route.bindings[0], {}, request)
+    response = handlers.handle(route, route.bindings[0], {}, request)
     assert response.status == 200
     assert stub.seen == [("ServerReady", metadata)]

@@ -22,6 +22,7 @@ from gateway.tensors import (
 )
 from gateway.v2_json import decode_infer, encode_infer
 from inference import grpc_service_pb2 as pb
+from inference import model_config_pb2 as mc
 
 # datatype -> (JSON data, the numpy array it must become)
 NUMERIC: dict[str, tuple[list[Any], np.ndarray]] = {
@@ -83,30 +84,45 @@ def test_bytes_tensors() -> None:
         split_bytes(b"\x05\x00\x00\x00ab", "t")
 
 
+NOT = "Unable to parse 'data': attempt to access JSON non-"
+SHAPE = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
 @pytest.mark.parametrize(
-    ("data", "datatype", "shape", "fragment"),
+    ("data", "datatype", "shape", "message"),
     [
-        ([1, 2], "FP32", [3], "holds 2 elements but shape [3] needs 3"),
-        ([[1, 2], [3]], "FP32", [3], "not a regular array"),
-        (["1", "2"], "INT32", [2], "got strings"),
-        ([1.5, 2], "INT32", [2], "got floating-point numbers"),
-        ([True, 1], "BOOL", [2], "booleans"),
-        ([1, 0], "BOOL", [2], "booleans"),
-        ([True, False], "INT8", [2], "got booleans"),
-        ([1, 300], "INT8", [2], "out of range"),
-        ([-1, 2], "UINT32", [2], "out of range"),
-        ([2**64, 1], "UINT64", [2], "mixed or out-of-range"),
-        ([None, 1.0], "FP64", [2], "mixed or out-of-range"),
-        ([1, "a"], "BYTES", [2], "strings, got int"),
-        ({"a": 1}, "FP32", [1], "must be a JSON array"),
+        ([1, 2], "FP32", [3], SHAPE),
+        ([[1, 2], [3], [4]], "FP32", [3], SHAPE),
+        (["1", "2"], "INT32", [2], NOT + "signed-integer as signed-integer"),
+        ([1.5, 2], "INT32", [2], NOT + "signed-integer as signed-integer"),
+        ([True, 1], "BOOL", [2], NOT + "boolean as boolean"),
+        ([1, 0], "BOOL", [2], NOT + "boolean as boolean"),
+        ([True, False], "INT8", [2], NOT + "signed-integer as signed-integer"),
+        ([-1, 2], "UINT32", [2], NOT + "unsigned-integer as unsigned-integer"),
+        ([2**64, 1], "UINT64", [2], NOT + "unsigned-integer as unsigned-integer"),
+        ([None, 1.0], "FP64", [2], NOT + "number as double"),
+        (
+            [1, "a"],
+            "BYTES",
+            [2],
+            "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+        ),
+        ({"a": 1}, "FP32", [1], NOT + "array as array"),
+        ([1, 300], "INT8", [2], "input 'X': value out of range for INT8 [-128, 127]"),
     ],
 )
-def test_bad_json_data_is_400(data: Any, datatype: str, shape: list[int], fragment: str) -> None:
+def test_bad_json_data_has_tritons_texts(
+    data: Any, datatype: str, shape: list[int], message: str
+) -> None:
     with pytest.raises(GatewayError) as info:
         json_to_raw(data, datatype, shape, "input 'X'")
-    assert info.value.status == 400
-    assert fragment in info.value.message
-    assert info.value.message.startswith("input 'X'")
+    assert (info.value.status, info.value.message) == (400, message)
+
+
+def test_json_data_as_triton_reads_it() -> None:
+    # Ragged nesting is read element by element; an empty tensor's data is not read.
+    assert json_to_raw([[1, 2], [3]], "INT32", [3], "x") == np.array([1, 2, 3], "<i4").tobytes()
+    assert json_to_raw("anything", "FP32", [0, 4], "x") == b""
 
 
 def test_empty_tensors() -> None:
@@ -124,12 +140,15 @@ def test_no_per_element_python_objects_for_numbers() -> None:
 # --------------------------------------------------------------------------- binary framing
 
 
-def test_header_length() -> None:
+def test_header_length_reads_the_value_as_triton_does() -> None:
     assert header_length(b"abc", None) == 3
     assert header_length(b"abc", "2") == 2
-    for bad in ("x", "-1", "4"):
-        with pytest.raises(GatewayError):
+    assert header_length(b"abc", " 2x") == 2  # C atoi: leading digits
+    assert header_length(b"abc", "x") == 0  # no digits: 0, a raw binary request
+    for bad in ("-1", "4"):
+        with pytest.raises(GatewayError) as info:
             header_length(b"abc", bad)
+        assert info.value.message == f"inference header size should be in range (0, 3), got: {bad}"
 
 
 def test_binary_reader() -> None:
@@ -147,29 +166,60 @@ def test_response_headers() -> None:
     assert (b"inference-header-content-length", b"10") in response_headers(10, True)
 
 
-def _metadata(*inputs: tuple[str, str, list[int]]) -> pb.ModelMetadataResponse:
-    meta = pb.ModelMetadataResponse(name="m")
-    for name, datatype, shape in inputs:
-        meta.inputs.add(name=name, datatype=datatype, shape=shape)
-    return meta
+def _config(*inputs: tuple[str, str, list[int]], max_batch_size: int = 0) -> Any:
+    config = mc.ModelConfig(name="m", max_batch_size=max_batch_size)
+    for name, datatype, dims in inputs:
+        config.input.add(name=name, data_type=mc.DataType.Value(datatype), dims=dims)
+    return config
 
 
-def test_raw_binary_request_deduces_the_shape() -> None:
+def test_raw_binary_request_shapes_as_triton_does() -> None:
     body = np.arange(8, dtype=np.float32).tobytes()
-    request = raw_binary_request(body, _metadata(("x", "FP32", [-1, 4])), "m", "")
+    request = raw_binary_request(body, _config(("x", "TYPE_FP32", [-1, 4])), "m", "")
     assert list(request.inputs[0].shape) == [2, 4]
+    assert request.inputs[0].datatype == "FP32"
     assert request.raw_input_contents[0] == body
-    request = raw_binary_request(body, _metadata(("x", "FP32", [-1, -1])), "m", "2")
+    request = raw_binary_request(
+        body, _config(("x", "TYPE_FP32", [-1]), max_batch_size=8), "m", "2"
+    )
     assert list(request.inputs[0].shape) == [1, 8] and request.model_version == "2"
-    strings = serialize_bytes([b"a", b"b", b"c"])
-    request = raw_binary_request(strings, _metadata(("s", "BYTES", [-1])), "m", "")
-    assert list(request.inputs[0].shape) == [3]
-    with pytest.raises(GatewayError, match="exactly one input"):
-        raw_binary_request(body, _metadata(("a", "FP32", [-1]), ("b", "FP32", [-1])), "m", "")
-    with pytest.raises(GatewayError, match="whole number"):
-        raw_binary_request(body[:5], _metadata(("x", "FP32", [-1])), "m", "")
-    with pytest.raises(GatewayError, match="do not fit"):
-        raw_binary_request(body, _metadata(("x", "FP32", [-1, 3])), "m", "")
+    request = raw_binary_request(body, _config(("x", "TYPE_FP32", [8])), "m", "")
+    assert list(request.inputs[0].shape) == [8]
+
+
+def test_raw_binary_bytes_input_is_the_one_element() -> None:
+    request = raw_binary_request(b"427", _config(("s", "TYPE_STRING", [1])), "m", "")
+    assert request.inputs[0].datatype == "BYTES" and list(request.inputs[0].shape) == [1]
+    assert request.raw_input_contents[0] == serialize_bytes([b"427"])
+    request = raw_binary_request(b"", _config(("s", "TYPE_STRING", [1]), max_batch_size=4), "m", "")
+    assert list(request.inputs[0].shape) == [1, 1]
+    assert request.raw_input_contents[0] == serialize_bytes([b""])
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            _config(("a", "TYPE_FP32", [-1]), ("b", "TYPE_FP32", [-1]), ("c", "TYPE_FP32", [-1])),
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be "
+            "deduced but got 3 inputs in 'm' model configuration",
+        ),
+        (
+            _config(("x", "TYPE_FP16", [-1, -1])),
+            "[request id: <id_unknown>] The shape of the raw input 'x' can not be deduced "
+            "because there are more than one variable-sized dimension",
+        ),
+        (
+            _config(("s", "TYPE_STRING", [-1])),
+            "[request id: <id_unknown>] For BYTE datatype raw input 's', the model must have "
+            "input shape [1]",
+        ),
+    ],
+)
+def test_raw_binary_refusals_are_triton_texts(config: Any, message: str) -> None:
+    with pytest.raises(GatewayError) as info:
+        raw_binary_request(b"1234", config, "m", "")
+    assert (info.value.status, info.value.message) == (400, message)
 
 
 # --------------------------------------------------------------------------- v2 JSON codec

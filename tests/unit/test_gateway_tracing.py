@@ -19,11 +19,11 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from gateway_http import call, close_servers  # noqa: F401  (the autouse fixture)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from test_gateway_app import call
 
 from gateway.app import GatewayApp
 from gateway.config import TRACE_EXPORTERS, GatewayConfig, TraceConfig, parse_args
@@ -31,6 +31,7 @@ from gateway.config import parse_trace_config as gateway_parse
 from gateway.tracing import Tracing, make_exporter
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from inference import model_config_pb2 as mc
 from service.errors import ServerError
 from service.telemetry.settings import TRACE_EXPORTERS as SERVICE_EXPORTERS
 from service.telemetry.settings import TraceSettings
@@ -94,6 +95,13 @@ class RecordingService(pb_grpc.GRPCInferenceServiceServicer):
         meta.inputs.add(name="n", datatype="INT32", shape=[1])
         return meta
 
+    async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
+        self._record("ModelConfig", context)
+        response = pb.ModelConfigResponse()
+        response.config.name = request.name
+        response.config.input.add(name="n", data_type=mc.TYPE_INT32, dims=[-1])
+        return response
+
     async def ModelStreamInfer(self, requests: Any, context: Any) -> AsyncIterator[Any]:
         self._record("ModelStreamInfer", context)
         async for request in requests:
@@ -133,7 +141,7 @@ async def _rig(trace: TraceConfig) -> tuple[Rig, Any]:
     app = GatewayApp(GatewayConfig(grpc_target=f"127.0.0.1:{port}", trace=trace))
     exporter = InMemorySpanExporter()
     app.tracing = Tracing(trace, SimpleSpanProcessor(exporter))
-    await app.startup()
+    app.startup()
     return Rig(app, service, exporter), server
 
 
@@ -143,7 +151,7 @@ async def rig() -> AsyncIterator[Rig]:
     try:
         yield rig
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
 
 
@@ -181,7 +189,7 @@ async def test_infer_span_tree_and_propagation(rig: Rig) -> None:
 
 
 async def test_versioned_route_and_binary_header_only_request(rig: Rig) -> None:
-    """The binary-only form makes a ModelMetadata call first: it carries the same context."""
+    """The raw binary form makes a ModelConfig call first: it carries the same context."""
     data = np.array([4], np.int32).tobytes()
     headers = {"inference-header-content-length": "0", **SAMPLED}
     path = "/v2/models/m/versions/1/infer"
@@ -191,7 +199,7 @@ async def test_versioned_route_and_binary_header_only_request(rig: Rig) -> None:
     assert server.name == "POST /v2/models/{model_name}/versions/{model_version}/infer"
     assert (server.attributes or {})["triton.model_version"] == "1"
     own = f"00-{TRACE_ID}-{_hex(server.context.span_id, 16)}-01"
-    assert rig.metadata("ModelMetadata")["traceparent"] == own
+    assert rig.metadata("ModelConfig")["traceparent"] == own
     assert rig.metadata("ModelInfer")["traceparent"] == own
 
 
@@ -222,7 +230,7 @@ async def test_bad_request_is_an_error_span_without_rpc(rig: Rig) -> None:
     assert status == 400
     (server,) = rig.server_spans()
     assert server.status.status_code == StatusCode.ERROR
-    assert "malformed" in (server.status.description or "").lower()
+    assert "failed to parse the request JSON" in (server.status.description or "")
     assert rig.service.calls == []
 
 
@@ -265,7 +273,7 @@ async def test_sampling_rate_and_count() -> None:
         assert len(rig.server_spans()) == 3
         assert rig.service.calls[-1][1]["traceparent"] == SAMPLED["traceparent"]
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
 
 
@@ -276,7 +284,7 @@ async def test_a_sampled_caller_is_always_followed() -> None:
             assert (await call(rig.app, "POST", "/v2/models/m/infer", INFER, SAMPLED))[0] == 200
         assert len(rig.server_spans()) == 3
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
 
 
@@ -290,7 +298,7 @@ async def test_off_forwards_headers_unchanged_and_builds_no_provider() -> None:
         assert rig.spans() == []
         assert rig.app.tracing._provider is None
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
 
 
@@ -304,7 +312,7 @@ async def test_shutdown_flushes_the_batch_exporter() -> None:
         assert (await call(rig.app, "POST", "/v2/models/m/infer", INFER))[0] == 200
         assert exporter.get_finished_spans() == ()  # still queued
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
     assert {s.name for s in exporter.get_finished_spans()} == {
         "POST /v2/models/{model_name}/infer",
@@ -388,7 +396,7 @@ async def off_rig() -> AsyncIterator[Rig]:
     try:
         yield rig
     finally:
-        await rig.app.shutdown()
+        rig.app.shutdown()
         await server.stop(None)
 
 

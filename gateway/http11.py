@@ -1,0 +1,316 @@
+"""HTTP/1.1 for the gateway: a thread per connection, httptools (llhttp) parses, we frame.
+
+Why threads and blocking calls rather than an event loop, and why not uvicorn
+(docs/decisions.md, "The gateway's HTTP layer"): a blocking gRPC call wakes the thread
+that waits for it directly, where grpc.aio's answer crosses a poller thread and then the
+event loop, so each request costs one thread wake-up less; and Triton's frontend
+(libevhtp) accepts ``Transfer-Encoding: chunked`` together with ``Content-Length`` (the
+chunked coding wins), which uvicorn refuses.
+
+Per connection, requests are answered one at a time in arrival order (reading waits
+while one is answered). A whole body goes out in one write with its head; a stream in
+chunked transfer coding as its chunks come, until a write finds the client gone.
+``Expect: 100-continue`` is answered as soon as the headers are read. What keeps a
+hostile client bounded: the header block (431), the body (413 as soon as its size is
+known, then the connection closes), a read or write that waits ``idle_timeout`` seconds
+closes the connection, and the server (``listener.py``) serves at most
+``max_connections`` connections at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import http
+import logging
+import socket
+import ssl
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import httptools
+
+from .errors import GatewayError
+from .messages import HttpRequest, HttpResponse, error_response
+
+if TYPE_CHECKING:
+    from .listener import HttpServer
+
+__all__ = ["IDLE_TIMEOUT", "MAX_HEADER_BYTES", "Connection", "Handler", "body_too_large"]
+
+log = logging.getLogger("gateway.http")
+
+Handler = Callable[[HttpRequest], HttpResponse]
+
+#: Request line and headers together; more is refused with 431.
+MAX_HEADER_BYTES = 64 * 1024
+#: A read or write on a connection that waits this long closes it (idle keep-alive, or
+#: a client that stopped sending or reading).
+IDLE_TIMEOUT = 75.0
+
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in http.HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: Below glibc's mmap threshold: each recv() allocates this much before it shrinks.
+_READ_SIZE = 64 * 1024
+
+
+def body_too_large(size: int, limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"request body of {size} bytes exceeds the gateway's limit of {limit} bytes "
+        "(--http-max-body-bytes)",
+    )
+
+
+class _Incoming:
+    """One request as it is parsed; ``early`` is an answer decided before its body."""
+
+    __slots__ = (
+        "chunks",
+        "early",
+        "expect",
+        "headers",
+        "http10",
+        "keep_alive",
+        "method",
+        "query",
+        "size",
+        "url",
+    )
+
+    def __init__(self) -> None:
+        self.method = "GET"
+        self.url = b"/"
+        self.query = b""
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.keep_alive = True
+        self.http10 = False
+        self.expect = False  # a 100 Continue is owed once the request's turn comes
+        self.early: HttpResponse | None = None
+
+
+class Connection:
+    """One client connection, served by its own thread: read, parse, answer in order."""
+
+    def __init__(self, server: HttpServer, sock: socket.socket) -> None:
+        self._server = server
+        self._sock = sock
+        self._parser = httptools.HttpRequestParser(self)
+        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self._url = b""
+        self._header_bytes = 0
+        self._incoming: _Incoming | None = None  # being parsed
+        self._ready: collections.deque[_Incoming] = collections.deque()  # parsed, waiting
+        self._discard = False  # input after a refused request is ignored
+        self._close = False
+        #: Answering a request (a shutdown closes only connections that are not).
+        self.busy = False
+
+    def run(self) -> None:
+        sock = self._sock
+        try:
+            # Kernel timeouts on a blocking socket: a Python-level timeout would add a
+            # poll() to every read and write. An expired one raises OSError (EAGAIN).
+            timeout = self._server.idle_timeout
+            seconds = int(timeout)
+            value = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            if self._server.ssl_context is not None:
+                sock = self._sock = self._server.ssl_context.wrap_socket(sock, server_side=True)
+            while not self._close:
+                if self._ready:
+                    self._answer(self._ready.popleft())
+                    continue
+                incoming = self._incoming
+                if incoming is not None and incoming.expect:
+                    incoming.expect = False
+                    sock.sendall(_CONTINUE)
+                if self._server.closing:
+                    break
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    break
+                self._feed(data)
+        except (OSError, ssl.SSLError):
+            pass  # the client left, timed out, or failed the TLS handshake
+        except Exception:
+            log.exception("HTTP connection failed")
+        finally:
+            self._server.forget(self)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def shutdown(self) -> None:
+        """Wake the thread out of a read or write (server shutdown)."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    # -- parsing ------------------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        if self._discard:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._discard = True  # no protocol switch: answer what was read, then close
+            self._close_after_ready()
+        except httptools.HttpParserError as exc:
+            self._refuse(GatewayError(400, f"malformed HTTP request: {exc}"))
+
+    def on_message_begin(self) -> None:
+        if not self._discard:
+            self._incoming = _Incoming()
+            self._url = b""
+            self._header_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_header_bytes(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        incoming = self._incoming
+        if incoming is None:
+            return
+        # Triton's frontend reads the first of a repeated header.
+        incoming.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        self._count_header_bytes(len(name) + len(value) + 4)
+
+    def on_headers_complete(self) -> None:
+        incoming = self._incoming
+        if incoming is None:
+            return
+        parser = self._parser
+        # The path routes; the query string goes along undecoded (as Triton's frontend,
+        # which routes on the URI's path).
+        incoming.url, _, incoming.query = self._url.partition(b"?")
+        incoming.method = parser.get_method().decode("ascii", "replace")
+        incoming.keep_alive = parser.should_keep_alive()
+        incoming.http10 = parser.get_http_version() == "1.0"
+        headers = incoming.headers
+        if "transfer-encoding" in headers and "content-length" in headers:
+            incoming.keep_alive = False  # accepted (chunked wins), but not trusted further
+        declared = headers.get("content-length", "")
+        limit = self._server.max_body_bytes
+        if declared.isdigit() and int(declared) > limit:
+            self._refuse(body_too_large(int(declared), limit))
+            return
+        if headers.get("expect", "").lower() == "100-continue" and not incoming.http10:
+            if self._ready:
+                incoming.expect = True  # sent when the requests before it are answered
+            else:
+                self._sock.sendall(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        incoming = self._incoming
+        if incoming is None:
+            return
+        incoming.size += len(body)
+        if incoming.size > self._server.max_body_bytes:
+            self._refuse(body_too_large(incoming.size, self._server.max_body_bytes))
+            return
+        incoming.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        incoming = self._incoming
+        if incoming is not None:
+            self._incoming = None
+            self._ready.append(incoming)
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_HEADER_BYTES and self._incoming is not None:
+            self._refuse(
+                GatewayError(431, f"request header block exceeds {MAX_HEADER_BYTES} bytes")
+            )
+
+    def _refuse(self, error: GatewayError) -> None:
+        """Answer ``error`` in this request's turn, then close; ignore further input."""
+        incoming = self._incoming or _Incoming()
+        self._incoming = None
+        incoming.early = error_response(error)
+        self._ready.append(incoming)
+        self._discard = True
+        self._close_after_ready()
+
+    def _close_after_ready(self) -> None:
+        if self._ready:
+            self._ready[-1].keep_alive = False
+        else:
+            self._close = True
+
+    # -- answering ----------------------------------------------------------------------
+
+    def _answer(self, incoming: _Incoming) -> None:
+        server = self._server
+        server.request_started()
+        self.busy = True
+        response: HttpResponse | None = None
+        try:
+            response = incoming.early
+            if response is None:
+                chunks = incoming.chunks
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                request = HttpRequest(incoming.method, incoming.url, incoming.headers, body)
+                request.query = incoming.query
+                if server.log_requests:
+                    log.debug("HTTP request: %s %s", request.method, request.raw_path.decode())
+                response = server.handler(request)
+            keep = incoming.keep_alive and not server.closing
+            if response.stream is None:
+                head = self._head(response.status, response.headers, len(response.body), keep)
+                _sent(response)  # before the last write: whoever reads the answer sees it done
+                self._sock.sendall(head if incoming.method == "HEAD" else head + response.body)
+            else:
+                keep = self._send_stream(response, keep, incoming.http10)
+            if not keep:
+                self._close = True
+        finally:
+            self.busy = False
+            if response is not None:
+                _sent(response)
+            server.request_finished()
+
+    def _send_stream(self, response: HttpResponse, keep: bool, http10: bool) -> bool:
+        """Chunked transfer coding (HTTP/1.0: raw bytes, then close); True to keep alive.
+        A write that finds the client gone ends the stream (closing it cancels its RPC)."""
+        assert response.stream is not None
+        stream = response.stream
+        headers = response.headers
+        if not http10:
+            headers = [*headers, (b"transfer-encoding", b"chunked")]
+        sock = self._sock
+        try:
+            sock.sendall(self._head(response.status, headers, None, keep and not http10))
+            for chunk in stream:
+                if chunk:
+                    sock.sendall(chunk if http10 else b"%x\r\n%b\r\n" % (len(chunk), chunk))
+            _sent(response)
+            if not http10:
+                sock.sendall(b"0\r\n\r\n")
+        finally:
+            stream.close()
+        return keep and not http10
+
+    def _head(
+        self, status: int, headers: list[tuple[bytes, bytes]], length: int | None, keep: bool
+    ) -> bytes:
+        parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
+        for name, value in headers:
+            parts += (name, b": ", value, b"\r\n")
+        if length is not None:
+            parts.append(b"content-length: %d\r\n" % length)
+        parts.append(self._server.date_line())
+        parts.append(b"\r\n" if keep else b"connection: close\r\n\r\n")
+        return b"".join(parts)
+
+
+def _sent(response: HttpResponse) -> None:
+    """Run the response's ``on_sent`` once."""
+    done, response.on_sent = response.on_sent, None
+    if done is not None:
+        done()
