@@ -104,12 +104,14 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert meta.name == "triton"
     assert meta.version == "0.1.0"
     extensions = list(meta.extensions)
-    assert extensions[:8] == [
+    assert extensions[:10] == [
         "sequence",
         "model_repository",
         "model_repository(unload_dependents)",
         "schedule_policy",
         "model_configuration",
+        "system_shared_memory",
+        "cuda_shared_memory",
         "binary_tensor_data",
         "parameters",
         "statistics",
