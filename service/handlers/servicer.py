@@ -299,13 +299,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        return encode_system_shm_status(self._core.system_shared_memory_status(request.name))
+        return encode_system_shm_status(await self._core.system_shared_memory_status(request.name))
 
     @grpc_errors
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self._core.register_system_shared_memory(
+        await self._core.register_system_shared_memory(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
@@ -314,20 +314,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._core.unregister_system_shared_memory(request.name)
+        await self._core.unregister_system_shared_memory(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @grpc_errors
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        return encode_cuda_shm_status(self._core.cuda_shared_memory_status(request.name))
+        return encode_cuda_shm_status(await self._core.cuda_shared_memory_status(request.name))
 
     @grpc_errors
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self._core.register_cuda_shared_memory(
+        await self._core.register_cuda_shared_memory(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
@@ -336,7 +336,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self._core.unregister_cuda_shared_memory(request.name)
+        await self._core.unregister_cuda_shared_memory(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @grpc_errors

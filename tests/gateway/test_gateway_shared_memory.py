@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from conftest import running_gateway
@@ -23,9 +24,15 @@ INT32_BYTES = 16 * 4
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_shm_models(tmp_path_factory.mktemp("shm_repo"))
-    with ServerProcess([repo]) as server, running_gateway(server.url) as gw:
+    with ServerProcess([repo]) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def gateway(server: ServerProcess) -> Iterator[GatewayProcess]:
+    with running_gateway(server.url) as gw:
         yield gw
 
 
@@ -289,3 +296,33 @@ def test_cuda_routes_without_a_gpu(
         "404",
         "Unable to find cuda shared memory region: 'g'",
     )
+
+
+def test_one_registry_for_rest_and_grpc(
+    client: httpclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    """The gateway's registrations are the server's (the engine's, when split): a region
+    registered over REST serves gRPC requests on several connections, and one registered
+    over gRPC is listed and unregistered over REST."""
+    in0 = np.arange(16, dtype=np.int32)
+    in1 = np.full(16, 5, dtype=np.int32)
+    with region("rest_in", 2 * INT32_BYTES, in0, in1) as in_handle:
+        client.register_system_shared_memory("rest_in", key_of(in_handle), 2 * INT32_BYTES)
+        for _ in range(4):  # own connections: spread over the frontends when split
+            with grpcclient.InferenceServerClient(
+                server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+            ) as g:
+                inputs = [
+                    grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                    grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+                ]
+                inputs[0].set_shared_memory("rest_in", INT32_BYTES)
+                inputs[1].set_shared_memory("rest_in", INT32_BYTES, offset=INT32_BYTES)
+                result = g.infer("simple", inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], in0 + in1)
+        with grpcclient.InferenceServerClient(server.url) as g:
+            g.register_system_shared_memory("grpc_in", key_of(in_handle), INT32_BYTES)
+            names = [r["name"] for r in client.get_system_shared_memory_status()]
+            assert names == ["grpc_in", "rest_in"]
+            client.unregister_system_shared_memory("grpc_in")
+            assert list(g.get_system_shared_memory_status(as_json=True)["regions"]) == ["rest_in"]

@@ -66,6 +66,8 @@ def test_simple_example_flow(client: grpcclient.InferenceServerClient) -> None:
         outputs[0].set_shared_memory("output_data", INT32_BYTES)
         outputs[1].set_shared_memory("output_data", INT32_BYTES, offset=INT32_BYTES)
         result = client.infer("simple", inputs, outputs=outputs)
+        # One (empty) raw entry per output, as Triton: the data is only in the region.
+        assert list(result.get_response().raw_output_contents) == [b"", b""]
         out0 = result.get_output("OUTPUT0")
         assert (out0.datatype, list(out0.shape)) == ("INT32", [1, 16])
         total = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16])
@@ -133,6 +135,7 @@ def test_mixed_shared_memory_and_wire_tensors(client: grpcclient.InferenceServer
         ]
         outputs[1].set_shared_memory("mix", INT32_BYTES, offset=INT32_BYTES)
         result = client.infer("simple", inputs, outputs=outputs)
+        assert result.get_response().raw_output_contents[1] == b""
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], in0 + in1)
         difference = shm.get_contents_as_numpy(handle, np.int32, [1, 16], INT32_BYTES)
         np.testing.assert_array_equal(difference[0], in0 - in1)
