@@ -70,7 +70,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._max_send = max_send_bytes
         self._logs = logs
         self._tracing = tracing
-        self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
+        # After the core's, in Triton's order (trace, then logging).
+        self._extensions = ("trace",) * (tracing is not None) + ("logging",) * (logs is not None)
         self._readers: set[asyncio.Task[None]] = set()
         self._closing = False
 

@@ -117,6 +117,10 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
         "statistics",
     ]
     assert len(set(extensions)) == len(extensions)
+    # Triton's list (core src/server.cc), in its order; all but classification are ours.
+    triton = ["classification", *extensions[:10], "trace", "logging"]
+    assert extensions == [e for e in triton if e in extensions]
+    assert {"trace", "logging"} <= set(extensions)
 
 
 # Triton extensions that come with RPCs of their own: advertising one whose RPC still answers
