@@ -16,6 +16,7 @@ from ..scheduling.base import ExecutionResult, Job
 from ..scheduling.inflight import InFlight
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
+from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
@@ -24,10 +25,11 @@ from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented (Triton's extension names, in its order; classification
-# and the shared-memory extensions are not, and so are not advertised). binary_tensor_data
+# Only what is actually implemented (Triton's extension names, in its order; the
+# shared-memory extensions are not, and so are not advertised). binary_tensor_data
 # is the REST gateway's; parameters: request parameters reach the models.
 EXTENSIONS: tuple[str, ...] = (
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
@@ -169,8 +171,9 @@ class InferenceServer:
             enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
             outcome = _DecoupledOutcome(model, start)
             try:
+                classes = requested_classes(request) if request.outputs else None
                 async for response in stream_responses(
-                    model, job, request.id, enable, record, outcome.executed
+                    model, job, request.id, enable, record, outcome.executed, classes
                 ):
                     yield response
             except ServerError as exc:
@@ -191,10 +194,15 @@ class InferenceServer:
             job = prepare_job(model, request)
             try:
                 if self._cache is not None and model.config.response_cache.enable:
-                    return await self._run_cached(model, job, start, request.id)
+                    response = await self._run_cached(model, job, start, request.id)
+                    if request.outputs and (counts := requested_classes(request)):
+                        response.outputs = classify_outputs(model, response.outputs, counts)
+                    return response
                 assert model.scheduler is not None  # guaranteed by ModelManager.get
                 result = await model.scheduler.submit(job)
                 outputs = build_outputs(model, job, result.outputs)
+                if request.outputs and (counts := requested_classes(request)):
+                    outputs = classify_outputs(model, outputs, counts)
                 model.stats.record_success(
                     time.monotonic_ns() - start, result.queue_ns, result.timings
                 )

@@ -13,6 +13,7 @@ from .. import datatypes
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
+from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
@@ -300,11 +301,8 @@ def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:
             raise InvalidArgument(
                 f"unexpected inference output '{output.name}' for model '{model.name}'"
             )
-        if "classification" in output.parameters:
-            raise InvalidArgument(
-                f"output '{output.name}' for model '{model.name}' asks for classification, "
-                "which this server does not provide"
-            )
+        if output.parameters:
+            check_classification(model, output)
         if _SHM_PARAMETER in output.parameters:
             raise InvalidArgument(
                 f"Unable to find shared memory region: '{output.parameters[_SHM_PARAMETER]}'"
