@@ -320,10 +320,15 @@ def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
         array = results[name]
         expected = datatypes.DATATYPES[spec.datatype].numpy
         if array.dtype != expected and not (spec.datatype == "BYTES" and array.dtype.kind in "OSU"):
-            raise Internal(
-                f"model '{model.name}' produced output '{name}' as {array.dtype}, but its "
-                f"config declares {spec.datatype}"
-            )
+            if array.size == 0:
+                # No values, so no type to disagree with (numpy types np.array([]) as
+                # float64); Triton's python backend sends such an output as it is.
+                array = np.empty(array.shape, dtype=expected)
+            else:
+                raise Internal(
+                    f"model '{model.name}' produced output '{name}' as {array.dtype}, but "
+                    f"its config declares {spec.datatype}"
+                )
         if spec.reshape is not None:
             leading = (array.shape[0],) if model.batched else ()
             array = array.reshape(leading + spec.dims)

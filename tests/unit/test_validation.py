@@ -518,6 +518,12 @@ def test_build_outputs_object_bytes_accepted(plain: ModelVersion) -> None:
     assert out.array is array
 
 
+def test_build_outputs_empty_array_takes_the_declared_dtype(plain: ModelVersion) -> None:
+    job = Job(inputs={}, outputs=["UPPER"], batch_size=0)
+    (out,) = build_outputs(plain, job, {"UPPER": np.array([])})  # float64, no elements
+    assert out.datatype == "BYTES" and out.shape == (0,) and out.array.dtype == np.object_
+
+
 def test_build_outputs_wrong_dtype_is_internal(batched: ModelVersion) -> None:
     job = Job(inputs={}, outputs=["OUTPUT0"], batch_size=1)
     with pytest.raises(Internal) as info:
