@@ -306,16 +306,30 @@ def test_serve_script_serves_only_the_repository_it_is_given(tmp_path: Path) -> 
         assert proc.stop() == 0
 
 
-def test_a_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+@pytest.mark.parametrize(
+    ("family", "host", "address"),
+    [
+        (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+        (socket.AF_INET6, "::1", "[::1]"),  # grpc's form of an IPv6 address
+    ],
+)
+def test_a_port_in_use_stops_the_start_with_one_line(
+    tmp_path: Path, family: socket.AddressFamily, host: str, address: str
+) -> None:
+    with socket.socket(family) as taken:
+        try:
+            taken.bind((host, 0))
+        except OSError:
+            pytest.skip(f"no {host} on this machine")
         taken.listen()
         port = taken.getsockname()[1]
-        server = ServerProcess([tmp_path], extra_args=["--grpc-port", str(port)])
+        args = ["--grpc-address", address, "--grpc-port", str(port)]
+        server = ServerProcess([tmp_path], extra_args=args)
         with pytest.raises(RuntimeError, match="server exited with 1"):
             server.start()
+    # One line, ours: grpc's own "Failed to add port" never shows.
     errors = [line for line in server.log.splitlines() if line.startswith("E")]
     assert len(errors) == 1, server.log
     assert errors[0].endswith(
-        f"failed to start GRPC service: Socket '127.0.0.1:{port}' already in use"
+        f"failed to start GRPC service: Socket '{address}:{port}' already in use"
     )
