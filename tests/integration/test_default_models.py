@@ -104,7 +104,8 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert meta.name == "triton"
     assert meta.version == "0.1.0"
     extensions = list(meta.extensions)
-    assert extensions[:8] == [
+    assert extensions[:9] == [
+        "classification",
         "sequence",
         "model_repository",
         "model_repository(unload_dependents)",
