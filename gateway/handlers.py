@@ -29,6 +29,7 @@ from .header_forward import forward_headers
 from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
+from .shared_memory import BODY_CHECKS
 from .v1_http import V1Handlers
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
@@ -76,6 +77,9 @@ class Handlers:
         body = None
         if binding.body and request.body.strip():
             body = load_json(request.body, "the request body")
+        check = BODY_CHECKS.get(route.rpc)
+        if check is not None:
+            check(body)
         message = build_request(route, binding, params, body)
         response = self._call(route.rpc, message, request.metadata)
         if route.rpc == "TraceSetting" and self._on_trace_setting is not None:

@@ -20,8 +20,6 @@ from .parameters import backend_parameters
 
 __all__ = ["build_outputs", "prepare_job"]
 
-_SHM_PARAMETER = "shared_memory_region"
-
 
 def _fmt(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
@@ -215,10 +213,6 @@ def _to_array(
             f"'{model.name}' expects '{spec.datatype}'",
         )
     _check_shape(model, request.id, spec, tensor)
-    if _SHM_PARAMETER in tensor.parameters:
-        raise InvalidArgument(
-            f"Unable to find shared memory region: '{tensor.parameters[_SHM_PARAMETER]}'"
-        )
     array = _decode(model.name, request.id, spec, tensor)
     if spec.reshape is not None:
         array = array.reshape(((batch_size,) if model.batched else ()) + spec.reshape)
@@ -303,10 +297,6 @@ def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:
             )
         if output.parameters:
             check_classification(model, output)
-        if _SHM_PARAMETER in output.parameters:
-            raise InvalidArgument(
-                f"Unable to find shared memory region: '{output.parameters[_SHM_PARAMETER]}'"
-            )
         if output.name not in names:
             names.append(output.name)
     return names

@@ -41,6 +41,7 @@ __all__ = [
 V1_CODES: dict[ErrorCode, rs.RequestStatusCode] = {
     ErrorCode.INVALID_ARGUMENT: rs.INVALID_ARG,
     ErrorCode.NOT_FOUND: rs.NOT_FOUND,
+    ErrorCode.ALREADY_EXISTS: rs.ALREADY_EXISTS,
     ErrorCode.UNAVAILABLE: rs.UNAVAILABLE,
     ErrorCode.RESOURCE_EXHAUSTED: rs.UNAVAILABLE,
     ErrorCode.UNIMPLEMENTED: rs.UNSUPPORTED,

@@ -331,12 +331,6 @@ def test_negative_dimension(plain: ModelVersion) -> None:
     )
 
 
-def test_input_shared_memory_region(batched: ModelVersion) -> None:
-    inputs = good_inputs()
-    inputs[0].parameters["shared_memory_region"] = "region0"
-    assert error_of(batched, request(inputs)) == ("Unable to find shared memory region: 'region0'")
-
-
 def test_raw_byte_size_mismatch(batched: ModelVersion) -> None:
     inputs = [InputTensor("INPUT0", "FP32", (2, 4), raw=b"\x00" * 30), good_inputs()[1]]
     assert error_of(batched, request(inputs)) == (
@@ -436,12 +430,6 @@ def test_classification_output(batched: ModelVersion) -> None:
     assert error_of(batched, req) == (
         "output can't set both 'shared_memory_region' and 'classification'"
     )
-
-
-def test_output_shared_memory_region(batched: ModelVersion) -> None:
-    req = request(good_inputs())
-    req.outputs = [RequestedOutput("OUTPUT1", {"shared_memory_region": "out_region"})]
-    assert error_of(batched, req) == "Unable to find shared memory region: 'out_region'"
 
 
 def test_priority_and_timeout_parameters(batched: ModelVersion) -> None:
