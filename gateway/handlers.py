@@ -35,6 +35,11 @@ from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
 __all__ = ["Handlers", "TraceSettingHook"]
 
+# The service refuses a unary infer on a decoupled model with its gRPC frontend's text;
+# Triton's REST frontend says the same (501) in its own words.
+_DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+_DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
+
 #: Called with (request, answer) after each successful TraceSetting call.
 TraceSettingHook = Callable[[pb.TraceSettingRequest, pb.TraceSettingResponse], None]
 
@@ -141,7 +146,12 @@ class Handlers:
             forward_headers(self._header_forward, request.headers, call.request)
         if trace is not None:
             trace.phase("translate_request", started)
-        response = self._call("ModelInfer", call.request, request.metadata)
+        try:
+            response = self._call("ModelInfer", call.request, request.metadata)
+        except GatewayError as exc:
+            if exc.status == 501 and exc.message == _DECOUPLED_GRPC:
+                raise GatewayError(501, _DECOUPLED_HTTP) from None  # Triton's REST text
+            raise
         started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head

@@ -252,6 +252,8 @@ def _decode_output(call: InferCall, item: Any) -> None:
             call.binary[name] = _member(params, key, "boolean", bool)
         elif key == "classification" and (type(value) is not int or value < 0):
             raise GatewayError(400, f"Unable to set 'classification': {_NOT_UINT}")
+        elif key == "classification" and value == 0:
+            continue  # Triton's REST frontend: 0 classes asks for the plain tensor
         else:
             set_parameter(tensor.parameters[key], value, key)
 

@@ -24,6 +24,7 @@ from ..shm import (
 from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
+from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
@@ -32,11 +33,12 @@ from .validation import build_outputs, prepare_job
 
 __all__ = ["EXTENSIONS", "InferenceServer", "ModelMetadata", "ServerMetadata", "VersionStats"]
 
-# Only what is actually implemented (Triton's extension names, in its order; classification
-# is not, and so is not advertised). binary_tensor_data is the REST gateway's; parameters:
-# request parameters reach the models. cuda_shared_memory is advertised without a GPU too,
-# as Triton's GPU build does (registration then fails with its "invalid args").
+# Only what is actually implemented (Triton's extension names, in its order).
+# binary_tensor_data is the REST gateway's; parameters: request parameters reach the
+# models. cuda_shared_memory is advertised without a GPU too, as Triton's GPU build does
+# (registration then fails with its "invalid args").
 EXTENSIONS: tuple[str, ...] = (
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
@@ -213,9 +215,10 @@ class InferenceServer:
                 job = prepare_job(model, request)
                 enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
                 outcome = _DecoupledOutcome(model, start)
+                classes = requested_classes(request) if request.outputs else None
                 try:
                     async for response in stream_responses(
-                        model, job, request.id, enable, record, outcome.executed
+                        model, job, request.id, enable, record, outcome.executed, classes
                     ):
                         if regions is not None:
                             response.outputs = await regions.write_outputs(response.outputs)
@@ -243,10 +246,15 @@ class InferenceServer:
             job = prepare_job(model, request)
             try:
                 if self._cache is not None and model.config.response_cache.enable:
-                    return await self._run_cached(model, job, start, request.id)
+                    response = await self._run_cached(model, job, start, request.id)
+                    if request.outputs and (counts := requested_classes(request)):
+                        response.outputs = classify_outputs(model, response.outputs, counts)
+                    return response
                 assert model.scheduler is not None  # guaranteed by ModelManager.get
                 result = await model.scheduler.submit(job)
                 outputs = build_outputs(model, job, result.outputs)
+                if request.outputs and (counts := requested_classes(request)):
+                    outputs = classify_outputs(model, outputs, counts)
                 model.stats.record_success(
                     time.monotonic_ns() - start, result.queue_ns, result.timings
                 )
@@ -267,6 +275,8 @@ class InferenceServer:
         try:
             job = prepare_job(model, request)
             response = await self._execute(model, job, start, request.id)
+            if counts := requested_classes(request):
+                response.outputs = classify_outputs(model, response.outputs, counts)
             response.outputs = await regions.write_outputs(response.outputs)
             return response
         finally:

@@ -13,6 +13,7 @@ from .. import datatypes
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
+from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
@@ -294,11 +295,8 @@ def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:
             raise InvalidArgument(
                 f"unexpected inference output '{output.name}' for model '{model.name}'"
             )
-        if "classification" in output.parameters:
-            raise InvalidArgument(
-                f"output '{output.name}' for model '{model.name}' asks for classification, "
-                "which this server does not provide"
-            )
+        if output.parameters:
+            check_classification(model, output)
         if output.name not in names:
             names.append(output.name)
     return names
@@ -312,10 +310,15 @@ def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
         array = results[name]
         expected = datatypes.DATATYPES[spec.datatype].numpy
         if array.dtype != expected and not (spec.datatype == "BYTES" and array.dtype.kind in "OSU"):
-            raise Internal(
-                f"model '{model.name}' produced output '{name}' as {array.dtype}, but its "
-                f"config declares {spec.datatype}"
-            )
+            if array.size == 0:
+                # No values, so no type to disagree with (numpy types np.array([]) as
+                # float64); Triton's python backend sends such an output as it is.
+                array = np.empty(array.shape, dtype=expected)
+            else:
+                raise Internal(
+                    f"model '{model.name}' produced output '{name}' as {array.dtype}, but "
+                    f"its config declares {spec.datatype}"
+                )
         if spec.reshape is not None:
             leading = (array.shape[0],) if model.batched else ()
             array = array.reshape(leading + spec.dims)

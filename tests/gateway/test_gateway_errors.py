@@ -275,6 +275,18 @@ def test_wrong_method_is_405(gateway: GatewayProcess, method: str, path: str) ->
     assert (reply.status, reply.error) == (405, "Method Not Allowed")
 
 
+def test_infer_on_a_decoupled_model_is_501_in_triton_words(gateway: GatewayProcess) -> None:
+    body = {"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["a b"]}]}
+    reply = http_request(gateway.url, "POST", "/v2/models/token_stream/infer", body)
+    assert (reply.status, reply.error) == (
+        501,
+        "HTTP end point doesn't support models with decoupled transaction policy",
+    )
+    # generate streams it, as Triton does
+    reply = http_request(gateway.url, "POST", "/v2/models/token_stream/generate", {"TEXT": "a"})
+    assert reply.status == 200, reply
+
+
 def test_content_encoding_errors(gateway: GatewayProcess) -> None:
     body = json.dumps(_request()).encode()
     reply = http_request(gateway.url, "POST", INFER, body, {"Content-Encoding": "br"})
