@@ -30,10 +30,16 @@ from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
 from .sequence_header import with_sequence_header
+from .shared_memory import BODY_CHECKS
 from .v1_http import V1Handlers
 from .v2_json import InferCall, decode_infer, encode_infer, load_json
 
 __all__ = ["Handlers", "TraceSettingHook"]
+
+# The service refuses a unary infer on a decoupled model with its gRPC frontend's text;
+# Triton's REST frontend says the same (501) in its own words.
+_DECOUPLED_GRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+_DECOUPLED_HTTP = "HTTP end point doesn't support models with decoupled transaction policy"
 
 #: Called with (request, answer) after each successful TraceSetting call.
 TraceSettingHook = Callable[[pb.TraceSettingRequest, pb.TraceSettingResponse], None]
@@ -72,6 +78,9 @@ class Handlers:
         body = None
         if binding.body and request.body.strip():
             body = load_json(request.body, "the request body")
+        check = BODY_CHECKS.get(route.rpc)
+        if check is not None:
+            check(body)
         message = build_request(route, binding, params, body)
         response = self._call(route.rpc, message, request.metadata)
         if route.rpc == "TraceSetting" and self._on_trace_setting is not None:
@@ -140,7 +149,12 @@ class Handlers:
         if trace is not None:
             trace.phase("translate_request", started)
         sticky = with_sequence_header(call.request, request.metadata)
-        response = self._call("ModelInfer", call.request, sticky)
+        try:
+            response = self._call("ModelInfer", call.request, sticky)
+        except GatewayError as exc:
+            if exc.status == 501 and exc.message == _DECOUPLED_GRPC:
+                raise GatewayError(501, _DECOUPLED_HTTP) from None  # Triton's REST text
+            raise
         started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
         out = b"".join((head, *parts)) if parts else head

@@ -37,7 +37,7 @@ __all__ = ["GATEWAY_NAME", "TRACED_RPCS", "Tracing", "make_exporter"]
 log = logging.getLogger(__name__)
 
 #: ``service.name`` of the gateway's spans (the service's own spans say
-#: ``triton-compatible-server``).
+#: ``triton-inference-server``, as Triton's do).
 GATEWAY_NAME = "triton-compatible-gateway"
 
 #: The RPCs behind the inference routes (infer, generate, generate_stream): only their

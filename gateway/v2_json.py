@@ -36,11 +36,13 @@ _UINT64_MAX = 2**64 - 1
 
 @dataclass(slots=True)
 class InferCall:
-    """The RPC request, plus how each output goes back (binary part or JSON data)."""
+    """The RPC request, plus how each output goes back (binary part, JSON data, or
+    nothing: an output in shared memory is written there by the service)."""
 
     request: pb.ModelInferRequest
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
+    shared_memory: set[str] = field(default_factory=set)
 
     def output_is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
@@ -80,6 +82,8 @@ def _unable(key: str, reason: str) -> GatewayError:
 
 _NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+_SHM_REGION = "shared_memory_region"
+_SHM_SIZES = ("shared_memory_offset", "shared_memory_byte_size")
 
 
 def set_parameter(target: Any, value: Any, key: str) -> None:
@@ -196,6 +200,10 @@ def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader
         shape = _member(item, "shape", "array", list)
         raise _unable("shape", _NOT_UINT)
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
+    if _SHM_REGION in params:
+        _check_shared_memory(params)
+        # Triton's HTTP frontend reads a missing byte size as 0; the gRPC form needs it.
+        params = {"shared_memory_byte_size": 0, **params}
     for key, value in params.items():
         if key != "binary_data_size":
             set_parameter(tensor.parameters[key], value, key)
@@ -208,8 +216,17 @@ def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader
         if type(size) is not int or size < 0:
             raise _unable("binary_data_size", _NOT_UINT)
         request.raw_input_contents.append(binary.take(size, name))
-    else:
-        request.raw_input_contents.append(b"")  # the service resolves the region
+    # a shared-memory input takes no raw_input_contents entry: the service reads the region
+
+
+def _check_shared_memory(params: dict[str, Any]) -> None:
+    """Triton's CheckSharedMemoryData: a string region, unsigned offset and byte size."""
+    if type(params[_SHM_REGION]) is not str:
+        raise _unable(_SHM_REGION, "attempt to access JSON non-string as string")
+    for key in _SHM_SIZES:
+        value = params.get(key, 0)
+        if type(value) is not int or value < 0:
+            raise _unable(key, _NOT_UINT)
 
 
 def _decode_output(call: InferCall, item: Any) -> None:
@@ -227,12 +244,16 @@ def _decode_output(call: InferCall, item: Any) -> None:
             raise GatewayError(
                 400, "Output can't set both 'shared_memory_region' and 'binary_data'"
             )
+        _check_shared_memory(params)
+        call.shared_memory.add(name)
     tensor = call.request.outputs.add(name=name)
     for key, value in params.items():
         if key == "binary_data":
             call.binary[name] = _member(params, key, "boolean", bool)
         elif key == "classification" and (type(value) is not int or value < 0):
             raise GatewayError(400, f"Unable to set 'classification': {_NOT_UINT}")
+        elif key == "classification" and value == 0:
+            continue  # Triton's REST frontend: 0 classes asks for the plain tensor
         else:
             set_parameter(tensor.parameters[key], value, key)
 
@@ -264,6 +285,9 @@ def encode_infer(response: pb.ModelInferResponse, call: InferCall) -> tuple[byte
             "datatype": tensor.datatype,
             "shape": list(tensor.shape),
         }
+        if tensor.name in call.shared_memory:  # written into its region: no data here
+            outputs.append(out)
+            continue
         params = _json_parameters(tensor.parameters) if tensor.parameters else {}
         data = raw[index] if index < len(raw) else _contents_bytes(tensor)
         if call.output_is_binary(tensor.name):

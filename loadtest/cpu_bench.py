@@ -207,15 +207,18 @@ def short_commit(ref: str = "HEAD") -> str:
     return done.stdout.strip() + ("-dirty" if dirty and dirty.returncode else "")
 
 
-def start_servers(stack: ExitStack, repo: Path, baseline_refs: list[str]) -> list[Server]:
-    """bare (asyncio: the yardstick), ours, bare on uvloop (the loop ours runs on), and
-    our server as of each of ``baseline_refs``."""
+def start_servers(
+    stack: ExitStack, repo: Path, baseline_refs: list[str], frontends: int = 0
+) -> list[Server]:
+    """bare (asyncio: the yardstick), ours (``--frontends``: all its processes counted),
+    bare on uvloop (the loop ours runs on), and our server as of each of ``baseline_refs``."""
     servers = []
     for label, extra in (("bare", []), ("bare+uvloop", ["--uvloop"])):
         bare = LoggedProcess([SERVICE_PYTHON, str(BARE), "--grpc-port", "0", *extra])
         bare.name = f"{label} servicer"
         servers.append(Server(label, bare))
-    servers.insert(1, Server("ours", ServerProcess([repo])))
+    ours = ServerProcess([repo], extra_args=["--frontends", str(frontends)])
+    servers.insert(1, Server("ours" if not frontends else f"ours --frontends {frontends}", ours))
     for baseline_ref in baseline_refs:
         tree = stack.enter_context(baseline_tree(baseline_ref))
         # Its own packages first (generated protos included), this environment's libraries.
@@ -223,6 +226,9 @@ def start_servers(stack: ExitStack, repo: Path, baseline_refs: list[str]) -> lis
             [repo], env={"PYTHONPATH": os.pathsep.join([str(tree), str(tree / "protos")])}
         )
         old.cwd = tree
+        if not (tree / "service" / "supervisor.py").exists():  # older than --frontends
+            at = old.args.index("--frontends")
+            del old.args[at : at + 2]
         short = short_commit(baseline_ref)
         label = baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})"
         servers.append(Server(label, old))
@@ -242,6 +248,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         help="also measure our server as of this git ref (repeatable)",
+    )
+    p.add_argument(
+        "--frontends", type=int, default=0, help="our server's --frontends (0: one process)"
     )
     p.add_argument("--only", nargs="*", default=[], help="workload keys to run (default: all)")
     p.add_argument("--threads", action="store_true", help="report CPU per thread too")
@@ -272,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         for work in WORKLOADS:
             bodies[work.key] = tmp / f"{work.key}.body"
             bodies[work.key].write_bytes(grpc_body(work.request().SerializeToString()))
-        servers = start_servers(stack, repo, args.baseline_ref)
+        servers = start_servers(stack, repo, args.baseline_ref, args.frontends)
         for index in range(args.rounds):
             order = servers if index % 2 == 0 else servers[::-1]
             for work in workloads:

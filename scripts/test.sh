@@ -12,6 +12,8 @@ echo "== ruff";                .venv/bin/ruff check . && .venv/bin/ruff format -
 echo "== mypy";                .venv/bin/mypy service gateway
 echo "== server-side tests";   .venv/bin/python -m pytest -q tests/unit
 echo "== client-side tests";   .venv-client/bin/python -m pytest -q tests/compat tests/integration tests/gateway
-# The integration suite again with every server split into an engine and 2 frontends.
+# The integration suite (and the gateway's shared-memory tests: one registry behind REST
+# and gRPC) again with every server split into an engine and 2 frontends.
 echo "== client-side tests, --frontends 2"
-SERVICE_FRONTENDS=2 .venv-client/bin/python -m pytest -q -p no:cacheprovider tests/integration
+SERVICE_FRONTENDS=2 .venv-client/bin/python -m pytest -q -p no:cacheprovider tests/integration \
+    tests/gateway/test_gateway_shared_memory.py

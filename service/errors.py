@@ -8,6 +8,7 @@ Exception tree::
     ServerError
     ├── InvalidArgument     bad tensors, shapes, datatypes, parameters
     ├── NotFound            unknown model or version
+    ├── AlreadyExists       a shared-memory region name already registered
     ├── Unavailable         model not ready, server shutting down
     ├── ResourceExhausted   message too large
     ├── Unimplemented       RPC or feature a later release provides
@@ -20,6 +21,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "AlreadyExists",
     "Cancelled",
     "ErrorCode",
     "Internal",
@@ -44,6 +46,7 @@ class ErrorCode(enum.Enum):
 
     INVALID_ARGUMENT = "invalid_argument"
     NOT_FOUND = "not_found"
+    ALREADY_EXISTS = "already_exists"
     UNAVAILABLE = "unavailable"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNIMPLEMENTED = "unimplemented"
@@ -77,6 +80,10 @@ class InvalidArgument(ServerError):
 
 class NotFound(ServerError):
     code = ErrorCode.NOT_FOUND
+
+
+class AlreadyExists(ServerError):
+    code = ErrorCode.ALREADY_EXISTS
 
 
 class Unavailable(ServerError):

@@ -67,7 +67,7 @@ class Runtime:
             log.error("%s", exc)
             await self.models.unload_all()
             return False
-        log.info("\n%s", model_table(self.models.index()))
+        log.info("\n%s", model_table(self.models.index(), self.models.versionless()))
         if self.mode is ControlMode.POLL:
             self._poller = asyncio.create_task(
                 self.models.poll_forever(self.config.repository_poll_secs)

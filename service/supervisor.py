@@ -49,11 +49,12 @@ def reserve_port(address: str, port: int) -> tuple[int, socket.socket]:
     """Check that the port is free (no SO_REUSEPORT: a server already there is found),
     then hold it with SO_REUSEPORT, which every frontend also sets. The holder never
     listens, so the kernel gives it no connection."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    host = address.strip("[]")  # "[::]", as grpc takes an IPv6 address, binds "::"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((address, port))
+            probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:  # Triton's one line (handlers/server.py)
                 raise OSError(
@@ -65,7 +66,7 @@ def reserve_port(address: str, port: int) -> tuple[int, socket.socket]:
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        holder.bind((address, port))
+        holder.bind((host, port))
     except OSError as exc:
         holder.close()
         raise OSError(f"unable to bind gRPC endpoint {address}:{port}: {exc}") from exc

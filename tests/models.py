@@ -39,6 +39,7 @@ __all__ = [
     "mlp_reference",
     "mlp_weights",
     "numpy_dtype",
+    "string_add_sub_model",
     "triton_dtype",
     "write_model",
 ]
@@ -202,6 +203,26 @@ def add_sub_model(
         [helper.make_tensor_value_info(n, et, shape) for n in output_names],
     )
     return make_model(graph, _min_opset("Add", et))
+
+
+def string_add_sub_model(dims: Sequence[Dim] = ("batch", 16)) -> onnx.ModelProto:
+    """Triton's ``simple_string`` example as ONNX: BYTES inputs holding decimal integers,
+    OUTPUT0 their sum and OUTPUT1 their difference, as decimal strings (Cast both ways)."""
+    string, int32 = TensorProto.STRING, TensorProto.INT32
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["INPUT0"], ["a"], to=int32),
+            helper.make_node("Cast", ["INPUT1"], ["b"], to=int32),
+            helper.make_node("Add", ["a", "b"], ["sum"]),
+            helper.make_node("Sub", ["a", "b"], ["difference"]),
+            helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=string),
+            helper.make_node("Cast", ["difference"], ["OUTPUT1"], to=string),
+        ],
+        "string_add_sub",
+        [helper.make_tensor_value_info(n, string, list(dims)) for n in ("INPUT0", "INPUT1")],
+        [helper.make_tensor_value_info(n, string, list(dims)) for n in ("OUTPUT0", "OUTPUT1")],
+    )
+    return make_model(graph)
 
 
 def mlp_weights(

@@ -130,8 +130,10 @@ def _output(tensor: OutputTensor, arena: Arena) -> tuple[Any, ...]:
     place, so a large output is copied once, into shared memory."""
     array = tensor.array
     shape = array.shape  # already a tuple of ints
-    if tensor.datatype == "BYTES":
-        data: Any = datatypes.serialize_bytes_tensor(array)
+    if tensor.wire is not None:  # already in wire form (b"" when written to shared memory)
+        data: Any = tensor.wire
+    elif tensor.datatype == "BYTES":
+        data = datatypes.serialize_bytes_tensor(array)
     elif array.nbytes <= INLINE_MAX:
         data = array.tobytes()  # C order whatever the layout
     else:

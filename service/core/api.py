@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from inference import model_config_pb2 as mc
 
     from ..scheduling.base import ExecutionResult
+    from ..shm import CudaRegionStatus, SystemRegionStatus
     from ..telemetry.logs import LogValue
     from ..types import ExecutionRecord, InferRequest, InferResponse
     from .index import IndexEntry
@@ -63,6 +64,24 @@ class CoreApi(Protocol):
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
     async def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]: ...
+
+    # Shared memory: one registry per server, in the core (the engine when split).
+
+    async def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
+
+    async def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None: ...
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None: ...
+
+    async def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
+
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None: ...
+
+    async def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
 
 class TraceScope(Protocol):

@@ -17,6 +17,7 @@ from ..errors import Internal, ServerError
 from ..scheduling.base import ExecutionResult, Job
 from ..scheduling.responses import Response, StreamSender
 from ..types import FINAL_FLAG, ExecutionRecord, InferResponse, OutputTensor
+from .classification import classify_outputs
 from .model import ModelVersion
 from .validation import build_outputs
 
@@ -25,10 +26,13 @@ __all__ = ["FINAL_FLAG", "stream_responses"]
 ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
 
 
-def _outputs(model: ModelVersion, job: Job, response: Response) -> list[OutputTensor]:
+def _outputs(
+    model: ModelVersion, job: Job, response: Response, classes: dict[str, int] | None
+) -> list[OutputTensor]:
     present = [name for name in job.outputs if name in response.outputs]
     view = Job(job.inputs, present, job.batch_size)
-    return build_outputs(model, view, response.outputs)
+    outputs = build_outputs(model, view, response.outputs)
+    return classify_outputs(model, outputs, classes) if classes else outputs
 
 
 async def stream_responses(
@@ -38,13 +42,15 @@ async def stream_responses(
     enable_empty_final: bool,
     record: ExecutionRecord | None = None,
     on_result: Callable[[ExecutionResult], None] | None = None,
+    classes: dict[str, int] | None = None,
 ) -> AsyncIterator[InferResponse]:
     """Yield the model's responses for ``job`` as they arrive; raise on an error response.
 
     With a ``record``, the stream also waits, after its final response has gone out, for
     the model's ``execute`` to return, and leaves the execution's timings in the record.
     ``on_result`` gets those timings whenever ``execute`` returns (possibly after the
-    stream ended), without anyone waiting for it.
+    stream ended), without anyone waiting for it. ``classes``: outputs asked as
+    classification (``requested_classes``).
     """
     assert model.scheduler is not None
     sink = StreamSender(asyncio.get_running_loop())
@@ -75,7 +81,7 @@ async def stream_responses(
                 model.stats.record_response(index, arrived - last, 0, ok=False)
                 finished = True
                 raise Internal(response.error)
-            outputs = _outputs(model, job, response)
+            outputs = _outputs(model, job, response, classes)
             done = time.monotonic_ns()
             if outputs:
                 model.stats.record_response(index, arrived - last, done - arrived, ok=True)

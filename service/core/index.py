@@ -31,6 +31,8 @@ def index_entries(
         if unloaded:
             return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, "unloaded")]
         return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
+    if entry.versionless:  # Triton's index lists no state of a model without versions
+        return []
     if entry.reason:
         return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, entry.reason)]
     return [

@@ -52,6 +52,9 @@ class ModelEntry:
     reason: str = ""
     fingerprint: tuple[tuple[str, int, int], ...] = ()
     staged: bool = False  # loaded from files sent with the load request
+    # No version to load under the version policy: Triton knows the model but has no
+    # version of it (a load failure, not a poll failure; left out of the index).
+    versionless: bool = False
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)
@@ -74,6 +77,8 @@ def _poll_failed(name: str) -> str:
 
 def _load_failed(name: str, entry: ModelEntry) -> str:
     """Triton's answer to a load whose versions failed, one clause per version."""
+    if entry.reason:  # the model as a whole: no version to load
+        return f"load failed for model '{name}': {entry.reason}\n"
     failed = sorted((v, m) for v, m in entry.versions.items() if not m.ready)
     clauses = "".join(f"version {v} is at {m.state.value} state: {m.reason};" for v, m in failed)
     return f"load failed for model '{name}': {clauses}\n"
@@ -178,7 +183,7 @@ class ModelManager:
                 if directory is None:
                     raise Internal(_poll_failed(name))
             entry = await self._replace(directory, override, staged=bool(files))
-            if entry.reason:  # the model's files or config: Triton's poll step fails
+            if entry.reason and not entry.versionless:  # files or config: Triton's poll fails
                 raise Internal(_poll_failed(name))
             if entry.failure:
                 raise InvalidArgument(_load_failed(name, entry))
@@ -250,6 +255,10 @@ class ModelManager:
 
     def entries(self) -> list[ModelEntry]:
         return list(self._models.values())
+
+    def versionless(self) -> list[str]:
+        """Models known but with no version to load (Triton's start-up table lists them)."""
+        return sorted(name for name, entry in self._models.items() if entry.versionless)
 
     def all_ready(self) -> bool:
         return all(not entry.failure for entry in self._models.values())
@@ -380,14 +389,17 @@ class ModelManager:
             config = read_config(directory, override)
             check_config(config)
             versions = select_versions(config.version_policy, directory.versions)
-            if not versions:
-                raise ValueError(
-                    f"at least one version must be available under the version policy of "
-                    f"model '{directory.name}'"
-                )
         except ValueError as exc:
             entry.reason = str(exc)
             log.error("model '%s' unavailable: %s", directory.name, entry.reason)
+            return entry
+        if not versions:  # Triton's lifecycle refuses it as a load failure (INVALID_ARG)
+            entry.versionless = True
+            entry.reason = (
+                "at least one version must be available under the version policy of "
+                f"model '{directory.name}'"
+            )
+            log.error("failed to load model '%s': %s", directory.name, entry.reason)
             return entry
         if config.platform == "ensemble":
             if self._runner is None:

@@ -15,8 +15,17 @@ from ..errors import Internal, ServerError, Unavailable, Unimplemented
 from ..scheduling.base import ExecutionResult, Job, SequenceHolder
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
+from ..shm import (
+    CudaRegionStatus,
+    SharedMemoryRegistry,
+    SystemRegionStatus,
+    bind_request,
+    uses_shared_memory,
+)
+from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
+from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
@@ -32,15 +41,19 @@ __all__ = [
     "VersionStats",
 ]
 
-# Only what is actually implemented (Triton's extension names, in its order; classification
-# and the shared-memory extensions are not, and so are not advertised). binary_tensor_data
-# is the REST gateway's; parameters: request parameters reach the models.
+# Only what is actually implemented (Triton's extension names, in its order).
+# binary_tensor_data is the REST gateway's; parameters: request parameters reach the
+# models. cuda_shared_memory is advertised without a GPU too, as Triton's GPU build does
+# (registration then fails with its "invalid args").
 EXTENSIONS: tuple[str, ...] = (
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -85,8 +98,10 @@ class InferenceServer:
         strict_readiness: bool = True,
         cache: ResponseCache | None = None,
         server_id: str = SERVER_ID,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         self._models = models
+        self._shm = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         self._id = server_id
         self._strict = strict_readiness
         self._cache = cache
@@ -189,6 +204,34 @@ class InferenceServer:
             VersionStats(m.name, m.version, m.stats) for m in self._models.loaded(name, version)
         ]
 
+    # Shared memory (the regions are mapped here, where the tensor bytes are consumed).
+
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
+        return self._shm.system_status(name)
+
+    def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        self._shm.register_system(name, key, offset, byte_size)
+
+    def unregister_system_shared_memory(self, name: str = "") -> None:
+        self._shm.unregister(SYSTEM, name)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
+        return self._shm.cuda_status(name)
+
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self._shm.register_cuda(name, raw_handle, device_id, byte_size)
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self._shm.unregister(CUDA, name)
+
+    def close_shared_memory(self) -> None:
+        """Server stop: unmap every region (as Triton's manager does when destroyed)."""
+        self._shm.close()
+
     def _lookup(self, request: InferRequest) -> ModelVersion:
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
@@ -241,21 +284,31 @@ class InferenceServer:
             return
         start = time.monotonic_ns()
         with self._inflight, model.lease():
-            job = prepare_job(model, request)
-            enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
-            outcome = _DecoupledOutcome(model, start)
+            regions = None
+            if uses_shared_memory(request):
+                request, regions = await bind_request(self._shm, model.name, request)
             try:
-                async for response in stream_responses(
-                    model, job, request.id, enable, record, outcome.executed
-                ):
-                    yield response
-            except ServerError as exc:
-                _count_failure(model, exc, start)
-                raise
-            except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
-                model.stats.record_cancelled(time.monotonic_ns() - start)
-                raise
-            outcome.answered()
+                job = prepare_job(model, request)
+                enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
+                outcome = _DecoupledOutcome(model, start)
+                classes = requested_classes(request) if request.outputs else None
+                try:
+                    async for response in stream_responses(
+                        model, job, request.id, enable, record, outcome.executed, classes
+                    ):
+                        if regions is not None:
+                            response.outputs = await regions.write_outputs(response.outputs)
+                        yield response
+                except ServerError as exc:
+                    _count_failure(model, exc, start)
+                    raise
+                except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
+                    model.stats.record_cancelled(time.monotonic_ns() - start)
+                    raise
+                outcome.answered()
+            finally:
+                if regions is not None:
+                    regions.release()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response. A decoupled model is refused, as Triton's ModelInfer
@@ -272,13 +325,20 @@ class InferenceServer:
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
         with self._inflight, model.lease():
+            if uses_shared_memory(request):
+                return await self._infer_shm(model, request, start)
             job = prepare_job(model, request)
             try:
                 if self._cache is not None and model.config.response_cache.enable:
-                    return await self._run_cached(model, job, start, request.id)
+                    response = await self._run_cached(model, job, start, request.id)
+                    if request.outputs and (counts := requested_classes(request)):
+                        response.outputs = classify_outputs(model, response.outputs, counts)
+                    return response
                 assert model.scheduler is not None  # guaranteed by ModelManager.get
                 result = await model.scheduler.submit(job)
                 outputs = build_outputs(model, job, result.outputs)
+                if request.outputs and (counts := requested_classes(request)):
+                    outputs = classify_outputs(model, outputs, counts)
                 model.stats.record_success(
                     time.monotonic_ns() - start, result.queue_ns, result.timings
                 )
@@ -289,6 +349,39 @@ class InferenceServer:
                 if _count_failure(model, exc, start) == "BACKEND":
                     model.stats.record_backend_failure()
                 raise
+
+    async def _infer_shm(
+        self, model: ModelVersion, request: InferRequest, start: int
+    ) -> InferResponse:
+        """``infer`` for a request with tensors in shared memory: its regions are held
+        from before validation until its outputs are written into them."""
+        request, regions = await bind_request(self._shm, model.name, request)
+        try:
+            job = prepare_job(model, request)
+            response = await self._execute(model, job, start, request.id)
+            if counts := requested_classes(request):
+                response.outputs = classify_outputs(model, response.outputs, counts)
+            response.outputs = await regions.write_outputs(response.outputs)
+            return response
+        finally:
+            regions.release()
+
+    async def _execute(
+        self, model: ModelVersion, job: Job, start: int, request_id: str
+    ) -> InferResponse:
+        """``infer``'s execution, for requests off its inlined hot path."""
+        try:
+            if self._cache is not None and model.config.response_cache.enable:
+                return await self._run_cached(model, job, start, request_id)
+            assert model.scheduler is not None
+            result = await model.scheduler.submit(job)
+            outputs = build_outputs(model, job, result.outputs)
+            model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
+            return _response(model, request_id, outputs, result)
+        except ServerError as exc:
+            if _count_failure(model, exc, start) == "BACKEND":
+                model.stats.record_backend_failure()
+            raise
 
     async def _run_cached(
         self, model: ModelVersion, job: Job, start: int, request_id: str

@@ -27,12 +27,15 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join([rule, line(headers), rule, *(line(r) for r in body), rule])
 
 
-def model_table(entries: Iterable[IndexEntry]) -> str:
-    """Every model the server tried to load, per version, with its state and reason."""
+def model_table(entries: Iterable[IndexEntry], versionless: Iterable[str] = ()) -> str:
+    """Every model the server tried to load, per version, with its state and reason;
+    ``versionless``: models with no version to load, in Triton's words."""
     rows = []
     for entry in entries:
         if entry.state == ModelState.UNKNOWN.value and not entry.version:
             continue  # on disk, never asked for (explicit mode): Triton does not list it
         status = f"{entry.state}: {entry.reason}" if entry.reason else entry.state
         rows.append((entry.name, entry.version or "-", status))
+    rows += [(name, "-", "Not loaded: No model version was found") for name in versionless]
+    rows.sort(key=lambda row: row[0])  # stable: versions stay in order
     return format_table(("Model", "Version", "Status"), rows)

@@ -13,13 +13,12 @@ from .. import datatypes
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor
+from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
 
 __all__ = ["build_outputs", "prepare_job"]
-
-_SHM_PARAMETER = "shared_memory_region"
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -214,10 +213,6 @@ def _to_array(
             f"'{model.name}' expects '{spec.datatype}'",
         )
     _check_shape(model, request.id, spec, tensor)
-    if _SHM_PARAMETER in tensor.parameters:
-        raise InvalidArgument(
-            f"Unable to find shared memory region: '{tensor.parameters[_SHM_PARAMETER]}'"
-        )
     array = _decode(model.name, request.id, spec, tensor)
     if spec.reshape is not None:
         array = array.reshape(((batch_size,) if model.batched else ()) + spec.reshape)
@@ -300,15 +295,8 @@ def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:
             raise InvalidArgument(
                 f"unexpected inference output '{output.name}' for model '{model.name}'"
             )
-        if "classification" in output.parameters:
-            raise InvalidArgument(
-                f"output '{output.name}' for model '{model.name}' asks for classification, "
-                "which this server does not provide"
-            )
-        if _SHM_PARAMETER in output.parameters:
-            raise InvalidArgument(
-                f"Unable to find shared memory region: '{output.parameters[_SHM_PARAMETER]}'"
-            )
+        if output.parameters:
+            check_classification(model, output)
         if output.name not in names:
             names.append(output.name)
     return names
@@ -322,10 +310,15 @@ def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
         array = results[name]
         expected = datatypes.DATATYPES[spec.datatype].numpy
         if array.dtype != expected and not (spec.datatype == "BYTES" and array.dtype.kind in "OSU"):
-            raise Internal(
-                f"model '{model.name}' produced output '{name}' as {array.dtype}, but its "
-                f"config declares {spec.datatype}"
-            )
+            if array.size == 0:
+                # No values, so no type to disagree with (numpy types np.array([]) as
+                # float64); Triton's python backend sends such an output as it is.
+                array = np.empty(array.shape, dtype=expected)
+            else:
+                raise Internal(
+                    f"model '{model.name}' produced output '{name}' as {array.dtype}, but "
+                    f"its config declares {spec.datatype}"
+                )
         if spec.reshape is not None:
             leading = (array.shape[0],) if model.batched else ()
             array = array.reshape(leading + spec.dims)

@@ -41,6 +41,7 @@ from ..core.index import IndexEntry
 from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import Cancelled, Unavailable
 from ..scheduling.base import ExecutionResult
+from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..telemetry.logs import LogValue
 from ..types import ExecutionRecord, InferRequest, InferResponse
 
@@ -298,6 +299,30 @@ class EngineClient:
     async def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
         result: list[VersionStats] = await self.call("model_statistics", name, version)
         return result
+
+    async def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
+        result: list[SystemRegionStatus] = await self.call("system_shared_memory_status", name)
+        return result
+
+    async def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        await self.call("register_system_shared_memory", name, key, offset, byte_size)
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None:
+        await self.call("unregister_system_shared_memory", name)
+
+    async def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
+        result: list[CudaRegionStatus] = await self.call("cuda_shared_memory_status", name)
+        return result
+
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self.call("register_cuda_shared_memory", name, raw_handle, device_id, byte_size)
+
+    async def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        await self.call("unregister_cuda_shared_memory", name)
 
 
 _END = object()

@@ -19,6 +19,7 @@ from .. import datatypes
 from ..core.index import IndexEntry
 from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted
+from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..statistics import Duration
 from ..types import (
     InferRequest,
@@ -32,11 +33,13 @@ from ..types import (
 __all__ = [
     "decode_infer_request",
     "decode_load_request",
+    "encode_cuda_shm_status",
     "encode_infer_response",
     "encode_model_metadata",
     "encode_model_statistics",
     "encode_repository_index",
     "encode_server_metadata",
+    "encode_system_shm_status",
 ]
 
 
@@ -132,7 +135,9 @@ def _decode_contents(request: pb.ModelInferRequest, tensor: Any) -> np.ndarray[A
 def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
     """The gRPC frontend's own checks come first, in input order, as in Triton: typed
     contents beside raw_input_contents, contents of the wrong type, an input without data.
-    Raw contents pair with the inputs in order; extra ones are ignored, as Triton does.
+    Raw contents pair in order with the inputs that are neither in shared memory nor
+    given as typed contents; extra ones are ignored, as Triton does. Shared-memory inputs
+    are resolved by the core (``service/shm``).
 
     Runs for every request: each protobuf field is read once (a read of a raw entry
     copies its bytes; ``shape[:]`` copies a repeated field twice as fast as iterating it).
@@ -140,10 +145,14 @@ def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
     raw = request.raw_input_contents
     available = len(raw)
     inputs = []
-    for index, tensor in enumerate(request.inputs):
+    index = 0
+    for tensor in request.inputs:
         contents = None
         data = None
-        if tensor.HasField("contents"):
+        parameters = tensor.parameters
+        if parameters and "shared_memory_region" in parameters:
+            pass  # the core reads the region (and refuses typed contents beside it)
+        elif tensor.HasField("contents"):
             if available:
                 raise InvalidArgument(
                     "contents field must not be specified when using raw_input_contents for "
@@ -152,12 +161,12 @@ def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
             contents = _decode_contents(request, tensor)
         elif index < available:
             data = raw[index]
-        elif "shared_memory_region" not in tensor.parameters:
+            index += 1
+        else:
             raise InvalidArgument(
                 f"unable to find data for input tensor '{tensor.name}' for model "
                 f"'{request.model_name}' in request."
             )
-        parameters = tensor.parameters
         inputs.append(
             InputTensor(
                 tensor.name,
@@ -234,6 +243,30 @@ def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelIn
         if total > max_bytes:
             raise _too_large(response.model_name, total, max_bytes).with_request_id(response.id)
     return message
+
+
+def encode_system_shm_status(
+    regions: Iterable[SystemRegionStatus],
+) -> pb.SystemSharedMemoryStatusResponse:
+    Status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+    return pb.SystemSharedMemoryStatusResponse(
+        regions={
+            r.name: Status(name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size)
+            for r in regions
+        }
+    )
+
+
+def encode_cuda_shm_status(
+    regions: Iterable[CudaRegionStatus],
+) -> pb.CudaSharedMemoryStatusResponse:
+    Status = pb.CudaSharedMemoryStatusResponse.RegionStatus
+    return pb.CudaSharedMemoryStatusResponse(
+        regions={
+            r.name: Status(name=r.name, device_id=r.device_id, byte_size=r.byte_size)
+            for r in regions
+        }
+    )
 
 
 def encode_server_metadata(meta: ServerMetadata) -> pb.ServerMetadataResponse:

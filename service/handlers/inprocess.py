@@ -14,6 +14,7 @@ from inference import model_config_pb2 as mc
 
 from ..core.index import IndexEntry
 from ..core.server import InferenceServer, ModelMetadata, ServerMetadata, VersionStats
+from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..telemetry.logs import LogControl, LogValue
 from ..telemetry.spans import RequestTrace, begin_request
 from ..telemetry.tracing import Tracing
@@ -68,6 +69,28 @@ class LocalCore:
 
     async def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
         return self.server.model_statistics(name, version)
+
+    async def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
+        return self.server.system_shared_memory_status(name)
+
+    async def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        self.server.register_system_shared_memory(name, key, offset, byte_size)
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None:
+        self.server.unregister_system_shared_memory(name)
+
+    async def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
+        return self.server.cuda_shared_memory_status(name)
+
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self.server.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
+
+    async def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self.server.unregister_cuda_shared_memory(name)
 
 
 class LocalTracing:

@@ -58,9 +58,11 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 def _in_use(host: str, port: int) -> bool:
     """Whether binding ``host:port`` fails with "address in use" (other failures are left
-    to grpc to report)."""
+    to grpc to report). ``host`` as grpc takes it: an IPv6 address may be in brackets."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except OSError:
         return False
     for family, kind, proto, _, sockaddr in infos:

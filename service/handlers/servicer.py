@@ -21,11 +21,13 @@ from .answers import AnswerTracker, refuse_stream
 from .codec import (
     decode_infer_request,
     decode_load_request,
+    encode_cuda_shm_status,
     encode_infer_response,
     encode_model_metadata,
     encode_model_statistics,
     encode_repository_index,
     encode_server_metadata,
+    encode_system_shm_status,
 )
 from .header_forward import forward_headers
 from .settings_codec import (
@@ -77,7 +79,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._max_send = max_send_bytes
         self._logs = logs
         self._tracing = tracing
-        self._extensions = ("logging",) * (logs is not None) + ("trace",) * (tracing is not None)
+        # After the core's, in Triton's order (trace, then logging).
+        self._extensions = ("trace",) * (tracing is not None) + ("logging",) * (logs is not None)
         self._readers: set[asyncio.Task[None]] = set()
         self._closing = False
         self.answers = AnswerTracker()  # shutdown: what must go out before the exit
@@ -320,30 +323,50 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return pb.RepositoryModelUnloadResponse()
 
-    # RPCs that later releases implement: a clear UNIMPLEMENTED, never a hang.
+    # Shared memory: the regions live in the core (see service/shm/).
     @grpc_errors
-    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        raise _not_yet("SystemSharedMemoryStatus", "system_shared_memory")
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        return encode_system_shm_status(await self._core.system_shared_memory_status(request.name))
 
     @grpc_errors
-    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise _not_yet("SystemSharedMemoryRegister", "system_shared_memory")
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        await self._core.register_system_shared_memory(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
 
     @grpc_errors
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        raise _not_yet("SystemSharedMemoryUnregister", "system_shared_memory")
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self._core.unregister_system_shared_memory(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     @grpc_errors
-    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        raise _not_yet("CudaSharedMemoryStatus", "cuda_shared_memory")
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        return encode_cuda_shm_status(await self._core.cuda_shared_memory_status(request.name))
 
     @grpc_errors
-    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise _not_yet("CudaSharedMemoryRegister", "cuda_shared_memory")
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        await self._core.register_cuda_shared_memory(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @grpc_errors
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        raise _not_yet("CudaSharedMemoryUnregister", "cuda_shared_memory")
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        await self._core.unregister_cuda_shared_memory(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     @grpc_errors
     async def TraceSetting(

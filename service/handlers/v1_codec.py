@@ -23,9 +23,9 @@ from trtis import model_config_pb2 as v1mc
 from trtis import request_status_pb2 as rs
 
 from .. import datatypes
+from ..core.classification import CLASSIFIABLE, top_classes
 from ..errors import ErrorCode, InvalidArgument, ServerError
 from ..types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
-from .classification import CLASSIFIABLE, top_classes
 
 __all__ = [
     "V1_CODES",
@@ -41,6 +41,7 @@ __all__ = [
 V1_CODES: dict[ErrorCode, rs.RequestStatusCode] = {
     ErrorCode.INVALID_ARGUMENT: rs.INVALID_ARG,
     ErrorCode.NOT_FOUND: rs.NOT_FOUND,
+    ErrorCode.ALREADY_EXISTS: rs.ALREADY_EXISTS,
     ErrorCode.UNAVAILABLE: rs.UNAVAILABLE,
     ErrorCode.RESOURCE_EXHAUSTED: rs.UNAVAILABLE,
     ErrorCode.UNIMPLEMENTED: rs.UNSUPPORTED,

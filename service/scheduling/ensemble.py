@@ -271,7 +271,11 @@ class EnsembleScheduler:
             try:
                 outputs = await _Run(self, job).execute()
             except ServerError as exc:
-                # Triton counts every failure of an ensemble request under OTHER.
+                # Triton counts every failure of an ensemble request under OTHER, and
+                # twice: once as its error response goes out, once more as the request
+                # is released (ensemble_scheduler.cc: FinishEnsemble, then the request
+                # tracker's report). This is the second; the core counts the first.
+                self._stats.record_failure(self._clock() - start, "OTHER")
                 message = f"in ensemble '{self._config.name}', {exc.message}"
                 raise type(exc)(message, failure="OTHER") from None
             except asyncio.CancelledError:  # the steps' own models count their requests

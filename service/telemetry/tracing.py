@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Tracer
 
-__all__ = ["Tracing", "make_exporter"]
+__all__ = ["TRACE_SERVICE_NAME", "Tracing", "make_exporter"]
 
 log = logging.getLogger(__name__)
+
+#: The ``service.name`` resource of the spans: Triton's (src/tracer.cc), which tracing
+#: backends and dashboards built for Triton filter on. ``resource=`` settings override it.
+TRACE_SERVICE_NAME = "triton-inference-server"
 
 _LEVELS = ("OFF", "TIMESTAMPS")
 
@@ -183,9 +187,9 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-        from .. import SERVER_NAME, __version__
+        from .. import __version__
 
-        attributes = {"service.name": SERVER_NAME, "service.version": __version__}
+        attributes = {"service.name": TRACE_SERVICE_NAME, "service.version": __version__}
         attributes.update(dict(self._startup.resource))
         # Sampling is decided here (rate, count, the caller's flag), so the SDK records
         # every span it is asked for, even under a caller's unsampled traceparent.

@@ -30,6 +30,8 @@ def _request(*inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 # (case id, body, fragment the error must contain: Triton's texts where Triton has them)
+SHM = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+
 BAD_INFER_BODIES: list[tuple[str, Any, str]] = [
     ("malformed-json", b'{"inputs": [', "failed to parse the request JSON buffer: "),
     (
@@ -88,6 +90,26 @@ BAD_INFER_BODIES: list[tuple[str, Any, str]] = [
         "'binary_data_size'",
     ),
     ("no-data", _request(_input(data=None)), "But no field is set"),
+    (
+        "shm-region-not-a-string",
+        _request(_input(data=None, parameters={"shared_memory_region": 3})),
+        "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string",
+    ),
+    (
+        "shm-negative-offset",
+        _request(_input(data=None, parameters={**SHM, "shared_memory_offset": -4})),
+        "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer",
+    ),
+    (
+        "shm-output-and-binary",
+        _request(outputs=[{"name": "OUTPUT0", "parameters": {**SHM, "binary_data": True}}]),
+        "Output can't set both 'shared_memory_region' and 'binary_data'",
+    ),
+    (
+        "shm-output-and-classification",
+        _request(outputs=[{"name": "OUTPUT0", "parameters": {**SHM, "classification": 2}}]),
+        "Output can't set both 'shared_memory_region' and 'classification'",
+    ),
     (
         "binary-size-not-int",
         _request(_input(data=None, parameters={"binary_data_size": "8"})),
@@ -176,8 +198,36 @@ BAD_PLAIN_REQUESTS = [
         {"parameters": {"unload_dependents": None}},
         "unload_dependents",
     ),
-    ("POST", "/v2/systemsharedmemory/region/r/register", {"byte_size": -1}, "out of range"),
-    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": "@@"}}, "base64"),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"key": "/k", "byte_size": -1},
+        "out of range",
+    ),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"byte_size": 8},
+        "Shared memory register request has no 'key' field",
+    ),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        {"key": "/k"},
+        "Shared memory register request has no 'byte_size' field",
+    ),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"device_id": 0, "byte_size": 8},
+        "Shared memory register request has no 'raw_handle' field",
+    ),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"raw_handle": {"b64": "@@"}},
+        "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+    ),
     ("POST", "/v2/logging", {"log_info": [True]}, "log_info"),
 ]
 
@@ -224,6 +274,18 @@ def test_unknown_route_is_404(gateway: GatewayProcess, path: str) -> None:
 def test_wrong_method_is_405(gateway: GatewayProcess, method: str, path: str) -> None:
     reply = http_request(gateway.url, method, path, b"{}" if method != "GET" else None)
     assert (reply.status, reply.error) == (405, "Method Not Allowed")
+
+
+def test_infer_on_a_decoupled_model_is_501_in_triton_words(gateway: GatewayProcess) -> None:
+    body = {"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["a b"]}]}
+    reply = http_request(gateway.url, "POST", "/v2/models/token_stream/infer", body)
+    assert (reply.status, reply.error) == (
+        501,
+        "HTTP end point doesn't support models with decoupled transaction policy",
+    )
+    # generate streams it, as Triton does
+    reply = http_request(gateway.url, "POST", "/v2/models/token_stream/generate", {"TEXT": "a"})
+    assert reply.status == 200, reply
 
 
 def test_content_encoding_errors(gateway: GatewayProcess) -> None:

@@ -34,7 +34,7 @@ ADD_SUB = {
     ]
 }
 GATEWAY = "triton-compatible-gateway"
-SERVICE = "triton-compatible-server"
+SERVICE = "triton-inference-server"  # Triton's service.name (src/tracer.cc)
 
 
 def _traceparent(trace_id: str) -> dict[str, str]:

@@ -167,11 +167,16 @@ def test_errors_raise_with_the_service_message(client: httpclient.InferenceServe
     assert info.value.status() == "404"
     with pytest.raises(InferenceServerException, match="expected 2 inputs"):
         client.infer("add_sub", [tensor])
-    outputs = [httpclient.InferRequestedOutput("probabilities", class_count=2)]
+    outputs = [httpclient.InferRequestedOutput("probabilities", class_count=-1)]
     iris = httpclient.InferInput("input", [3, 4], "FP32")
     iris.set_data_from_numpy(IRIS)
-    with pytest.raises(InferenceServerException, match="classification"):
+    with pytest.raises(InferenceServerException, match="Unable to set 'classification'"):
         client.infer("iris_classifier", [iris], outputs=outputs)
+    # A valid count: the top classes per row, "value:index" (iris has no label file).
+    outputs = [httpclient.InferRequestedOutput("probabilities", class_count=2)]
+    top = client.infer("iris_classifier", [iris], outputs=outputs).as_numpy("probabilities")
+    assert top.shape == (3, 2)
+    assert all(len(entry.split(b":")) == 2 for entry in top.reshape(-1))
 
 
 def test_health_and_metadata(client: httpclient.InferenceServerClient) -> None:

@@ -104,17 +104,24 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert meta.name == "triton"
     assert meta.version == "0.1.0"
     extensions = list(meta.extensions)
-    assert extensions[:8] == [
+    assert extensions[:11] == [
+        "classification",
         "sequence",
         "model_repository",
         "model_repository(unload_dependents)",
         "schedule_policy",
         "model_configuration",
+        "system_shared_memory",
+        "cuda_shared_memory",
         "binary_tensor_data",
         "parameters",
         "statistics",
     ]
     assert len(set(extensions)) == len(extensions)
+    # Triton's whole list (core src/server.cc), in its order.
+    triton = [*extensions[:11], "trace", "logging"]
+    assert extensions == [e for e in triton if e in extensions]
+    assert {"trace", "logging"} <= set(extensions)
 
 
 # Triton extensions that come with RPCs of their own: advertising one whose RPC still answers

@@ -88,6 +88,24 @@ output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 ensemble_scheduling {{ step [ {_REPEAT_STEP.replace('"repeat_out"', '"OUT"')} ] }}
 """
 
+# A python model that builds an empty BYTES output as mock_llm of Triton's generate tests
+# does: np.array([]), which numpy types float64.
+EMPTY_TEXT = """name: "empty_text"
+backend: "python"
+max_batch_size: 0
+input [ { name: "PROMPT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+EMPTY_TEXT_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", np.array([]))])
+                for _ in requests]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
@@ -99,10 +117,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "simple_repeat": SIMPLE_REPEAT,
         "nested_square": _ensemble("nested_square", "simple_repeat"),
         "broken": 'name: "broken"\nbackend: "no_such_backend"\nmax_batch_size: 0\n',
+        "empty_text": EMPTY_TEXT,
     }
     for name, text in configs.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(text)
+    (repo / "empty_text" / "1" / "model.py").write_text(EMPTY_TEXT_MODEL)
     shutil.copytree(REPO_ROOT / "tests" / "python_models" / "faulty", repo / "faulty")
     proc = ServerProcess([repo], extra_args=["--id", "fidelity-test"]).start()
     yield proc
@@ -221,6 +241,18 @@ def test_decoupled_requests_record_queue_and_compute_statistics(server: ServerPr
 # --------------------------------------------------------------------------- failure reasons
 
 
+def test_empty_output_built_as_float64_is_the_declared_bytes(server: ServerProcess) -> None:
+    """An output with no elements has no type to disagree with the config: Triton's
+    python backend sends it, and so do we (as BYTES of shape [0])."""
+    prompt = grpcclient.InferInput("PROMPT", [1], "BYTES")
+    prompt.set_data_from_numpy(np.array([b"hello"], dtype=np.object_))
+    with grpcclient.InferenceServerClient(server.url) as client:
+        result = client.infer("empty_text", [prompt])
+    out = result.get_output("TEXT")
+    assert out.datatype == "BYTES" and list(out.shape) == [0]
+    assert result.as_numpy("TEXT").size == 0
+
+
 def _failures(server: ServerProcess, model: str) -> dict[str, int]:
     samples = scrape(metrics_port(server))
     prefix = "nv_inference_request_failure:"
@@ -274,16 +306,30 @@ def test_serve_script_serves_only_the_repository_it_is_given(tmp_path: Path) -> 
         assert proc.stop() == 0
 
 
-def test_a_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+@pytest.mark.parametrize(
+    ("family", "host", "address"),
+    [
+        (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+        (socket.AF_INET6, "::1", "[::1]"),  # grpc's form of an IPv6 address
+    ],
+)
+def test_a_port_in_use_stops_the_start_with_one_line(
+    tmp_path: Path, family: socket.AddressFamily, host: str, address: str
+) -> None:
+    with socket.socket(family) as taken:
+        try:
+            taken.bind((host, 0))
+        except OSError:
+            pytest.skip(f"no {host} on this machine")
         taken.listen()
         port = taken.getsockname()[1]
-        server = ServerProcess([tmp_path], extra_args=["--grpc-port", str(port)])
+        args = ["--grpc-address", address, "--grpc-port", str(port)]
+        server = ServerProcess([tmp_path], extra_args=args)
         with pytest.raises(RuntimeError, match="server exited with 1"):
             server.start()
+    # One line, ours: grpc's own "Failed to add port" never shows.
     errors = [line for line in server.log.splitlines() if line.startswith("E")]
     assert len(errors) == 1, server.log
     assert errors[0].endswith(
-        f"failed to start GRPC service: Socket '127.0.0.1:{port}' already in use"
+        f"failed to start GRPC service: Socket '{address}:{port}' already in use"
     )

@@ -21,8 +21,10 @@ import models
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from integration_support import add_sub_inputs, running_server, wait_for_log
 from server_process import ServerProcess
+from shm_support import key_of, region
 from tritonclient.utils import InferenceServerException
 
 # A queue delay long enough that requests are surely queued in the engine when the test
@@ -261,3 +263,42 @@ def test_log_settings_changed_through_one_frontend_apply_in_all(server: ServerPr
     loud = [line for line in server.log.splitlines() if "request id 'loud-" in line]
     pids = {line.split()[2] for line in loud}
     assert len(loud) == 8 and len(pids) >= 2, loud  # logged by more than one frontend
+
+
+def test_a_region_registered_through_one_frontend_serves_every_frontend(
+    server: ServerProcess,
+) -> None:
+    """One registry, in the engine: a region registered on one connection is listed, read
+    and written by requests on connections spread over the frontends, and unregistered
+    through yet another."""
+    clients = [_client(server.url) for _ in range(8)]
+    slot = 16 * 4  # one FP32 [1, 16] tensor
+    values = np.arange(8 * 16, dtype=np.float32)
+    try:
+        with region("spread", 2 * 8 * slot, values) as handle:
+            clients[0].register_system_shared_memory("spread", key_of(handle), 2 * 8 * slot)
+            for i, c in enumerate(clients):
+                assert list(c.get_system_shared_memory_status(as_json=True)["regions"]) == [
+                    "spread"
+                ]
+                inputs = _slow_inputs()
+                inputs[0].set_shared_memory("spread", slot, offset=i * slot)
+                output = grpcclient.InferRequestedOutput("OUTPUT0")
+                output.set_shared_memory("spread", slot, offset=(8 + i) * slot)
+                result = c.infer("plain", inputs, outputs=[output])
+                assert result.get_response().raw_output_contents[0] == b""
+                # Logged by the frontend that took the connection: proves the spread.
+                with pytest.raises(InferenceServerException, match="Unable to find"):
+                    missing = _slow_inputs()
+                    missing[0].set_shared_memory("no_such_region", slot)
+                    c.infer("plain", missing, request_id=f"shm-spread-{i}")
+            written = shm.get_contents_as_numpy(handle, np.float32, [8 * 16], 8 * slot)
+            np.testing.assert_array_equal(written, values + 1)
+            clients[7].unregister_system_shared_memory("spread")
+            assert clients[0].get_system_shared_memory_status(as_json=True) == {}
+    finally:
+        for c in clients:
+            c.close()
+    wait_for_log(server, "request id 'shm-spread-7'")
+    logged = [line for line in server.log.splitlines() if "request id 'shm-spread-" in line]
+    assert len({line.split()[2] for line in logged}) >= 2, logged

@@ -144,6 +144,8 @@ def extra_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("explicit_repo")
     for name in ("cycle", "override_me", "fragile", "busy"):
         models.write_model(repo, name, models.add_sub_model(), add_sub_config(name))
+    (repo / "versionless").mkdir()  # a config, but no numbered version folder
+    (repo / "versionless" / "config.pbtxt").write_text(add_sub_config("versionless"))
     models.write_model(
         repo,
         "slow",
@@ -431,6 +433,23 @@ def test_unknown_model_load_and_unload(ec: grpcclient.InferenceServerClient) -> 
         "NOT_FOUND",
         "failed to unload 'no_such_model': no model 'no_such_model' is known",
     )
+
+
+def test_model_without_version_folder(
+    ec: grpcclient.InferenceServerClient, explicit_server: ServerProcess
+) -> None:
+    """Triton's lifecycle refuses it as a load failure (INVALID_ARGUMENT, its text); the
+    index then lists no state of it, as Triton's lists none for a model with no version."""
+    assert index_of(ec)["versionless"] == [("", "UNKNOWN", "")]
+    reason = (
+        "at least one version must be available under the version policy of model 'versionless'"
+    )
+    error = expect_error(lambda: ec.load_model("versionless"), "INVALID_ARGUMENT")
+    assert error.message() == f"load failed for model 'versionless': {reason}\n"
+    assert "versionless" not in index_of(ec)
+    assert not ec.is_model_ready("versionless")
+    assert f"failed to load model 'versionless': {reason}" in explicit_server.log
+    assert_add_sub_serves(ec)
 
 
 def test_failed_reload_keeps_old_version_serving(ec: grpcclient.InferenceServerClient) -> None:

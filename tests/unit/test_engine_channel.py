@@ -5,6 +5,7 @@ memfd slabs; only gRPC is absent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -14,6 +15,7 @@ from pathlib import Path
 import models
 import numpy as np
 import pytest
+from test_shm_registry import Segment
 
 from service.channel.messages import (
     decode_request,
@@ -25,7 +27,7 @@ from service.channel.slabs import INLINE_MAX, Arena, ArenaMap
 from service.core.lifecycle import ControlMode, ModelManager
 from service.core.server import InferenceServer
 from service.engine.server import EngineServer
-from service.errors import InvalidArgument, NotFound
+from service.errors import AlreadyExists, Internal, InvalidArgument, NotFound
 from service.frontend.client import EngineClient
 from service.telemetry.settings import TraceSettings
 from service.telemetry.tracing import Tracing
@@ -166,6 +168,87 @@ async def test_frontend_gone_cancels_its_requests_in_the_engine(rig: Rig) -> Non
     assert connection.inflight == 0
     results = await asyncio.gather(*held, return_exceptions=True)
     assert all(isinstance(r, Exception) for r in results)
+
+
+def _shm_request(model: str, key: str, shape: tuple[int, ...], out: bool = True) -> InferRequest:
+    """INPUT0 read from region ``key`` at offset 0; OUTPUT0 written right after it."""
+    size = 4 * int(np.prod(shape))
+    place = {"shared_memory_region": key, "shared_memory_byte_size": size}
+    outputs = [RequestedOutput("OUTPUT0", {**place, "shared_memory_offset": size})] if out else []
+    return InferRequest(
+        model_name=model,
+        inputs=[InputTensor("INPUT0", "FP32", shape, parameters=dict(place))],
+        outputs=outputs,
+    )
+
+
+async def test_shared_memory_regions_are_the_engines_and_bytes_never_cross(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A region registered through one frontend serves requests from another; the input
+    travels as a reference (no slab block in either direction), the engine reads it from
+    the region and writes the output there, and the response carries no data for it."""
+    other = EngineClient(rig.engine.address, 2, arena_bytes=16 << 20)
+    await other.connect()
+    segment = Segment(2 * 4 * WIDTH)
+    try:
+        data = np.random.default_rng(3).random((1, WIDTH), dtype=np.float32)
+        segment.array(np.float32, WIDTH)[:] = data[0]
+        await rig.client.register_system_shared_memory("r", segment.key, 0, 2 * 4 * WIDTH)
+        with pytest.raises(AlreadyExists, match="'r' already in manager"):
+            await other.register_system_shared_memory("r", segment.key, 0, 64)
+        (status,) = await other.system_shared_memory_status()
+        assert (status.name, status.key, status.byte_size) == ("r", segment.key, 2 * 4 * WIDTH)
+
+        response = await other.infer(_shm_request("identity", "r", (1, WIDTH)))
+        (output,) = response.outputs
+        assert output.wire == b"" and output.shape == (1, WIDTH)
+        np.testing.assert_array_equal(segment.array(np.float32, WIDTH, 4 * WIDTH), data[0])
+        assert other.slab_bytes_carved == 0  # the input never entered the request slab
+        assert all(c.response_slab_bytes == 0 for c in rig.engine.connections)
+        assert sum(c._responses.carved for c in rig.engine.connections) == 0
+
+        await other.unregister_system_shared_memory("r")
+        assert await rig.client.system_shared_memory_status() == []
+        with pytest.raises(NotFound):
+            await rig.client.infer(_shm_request("identity", "r", (1, WIDTH)))
+        assert await rig.client.cuda_shared_memory_status() == []
+        await rig.client.unregister_cuda_shared_memory()  # nothing registered: succeeds
+    finally:
+        other.close()
+        segment.close()
+
+
+async def test_a_region_in_use_through_one_frontend_stays_until_its_request_ends(
+    rig: Rig,
+) -> None:
+    """The in-use rule spans frontends; a request cancelled by its caller releases it."""
+    other = EngineClient(rig.engine.address, 2, arena_bytes=16 << 20)
+    await other.connect()
+    segment = Segment(4096)
+    try:
+        await rig.client.register_system_shared_memory("held", segment.key, 0, 4096)
+        request = _shm_request("held", "held", (1, 4), out=False)
+        pending = asyncio.ensure_future(rig.client.infer(request))
+        for _ in range(100):  # until the engine holds the region (the batcher waits 3 s)
+            if sum(c.inflight for c in rig.engine.connections):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        with pytest.raises(Internal, match="region 'held', it is currently in use"):
+            await other.unregister_system_shared_memory("held")
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pending
+        for _ in range(100):
+            if not sum(c.inflight for c in rig.engine.connections):
+                break
+            await asyncio.sleep(0.01)
+        await other.unregister_system_shared_memory("held")
+        assert await rig.client.system_shared_memory_status() == []
+    finally:
+        other.close()
+        segment.close()
 
 
 def test_every_field_of_the_request_and_response_types_crosses() -> None:

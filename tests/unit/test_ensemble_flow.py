@@ -130,11 +130,14 @@ async def test_steps_no_requested_output_needs_are_pruned() -> None:
 
 async def test_step_failure_names_the_ensemble_and_counts_as_other() -> None:
     config = _config([_step("bad", "IN", "OUT")], decoupled=False)
-    scheduler = EnsembleScheduler(config, Runner(), ModelStats(), {"IN": "INT32", "OUT": "INT32"})
+    stats = ModelStats()
+    scheduler = EnsembleScheduler(config, Runner(), stats, {"IN": "INT32", "OUT": "INT32"})
     with pytest.raises(Internal) as info:
         await scheduler.submit(Job({"IN": np.array([1], dtype=np.int32)}, ["OUT"], 0, "r"))
     assert info.value.message == "in ensemble 'e', step exploded"
     assert info.value.failure == "OTHER"
+    # Triton's request tracker counts it once (the core counts the error response).
+    assert stats.failures["OTHER"] == 1 and stats.fail.count == 1
 
 
 async def test_ensemble_that_is_not_decoupled_and_gets_no_output_reports_a_deadlock() -> None:

@@ -276,7 +276,8 @@ def test_shared_memory_inputs_are_forwarded() -> None:
     }
     request = _decode(doc).request
     assert request.inputs[0].parameters["shared_memory_region"].string_param == "r"
-    assert request.raw_input_contents[0] == b""
+    assert request.inputs[0].parameters["shared_memory_byte_size"].int64_param == 4
+    assert list(request.raw_input_contents) == []  # the service reads the region
 
 
 def _response() -> pb.ModelInferResponse:

@@ -33,3 +33,12 @@ def test_empty_table_has_its_header() -> None:
         "+-------+---------+--------+",
         "+-------+---------+--------+",
     ]
+
+
+def test_model_without_versions_in_triton_words() -> None:
+    table = model_table([IndexEntry("b", "1", "READY", "")], versionless=["a", "c"])
+    assert table.splitlines()[3:6] == [
+        "| a     | -       | Not loaded: No model version was found |",
+        "| b     | 1       | READY                                  |",
+        "| c     | -       | Not loaded: No model version was found |",
+    ]

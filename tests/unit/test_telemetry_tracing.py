@@ -195,6 +195,8 @@ async def test_request_span_with_timing_children(rig: Rig) -> None:
     assert [c.name for c in _children(spans, root)] == PARTS
     _assert_timing_children(spans, root)
     assert root.events == ()  # response events belong to streams
+    # Triton's resource name (tracer.cc), which Triton dashboards filter on
+    assert root.resource.attributes["service.name"] == "triton-inference-server"
 
 
 async def test_traceparent_from_metadata_is_the_parent(rig: Rig) -> None:

@@ -10,11 +10,11 @@ import pytest
 from google.protobuf import text_format, unknown_fields
 
 from inference import model_config_pb2 as mc
+from service.core.classification import top_classes
 from service.core.index import IndexEntry
 from service.core.labels import read_labels
 from service.core.server import VersionStats
 from service.errors import ErrorCode, InvalidArgument, NotFound, ServerError
-from service.handlers.classification import top_classes
 from service.handlers.v1_codec import (
     V1_CODES,
     decode_v1_infer,

@@ -331,12 +331,6 @@ def test_negative_dimension(plain: ModelVersion) -> None:
     )
 
 
-def test_input_shared_memory_region(batched: ModelVersion) -> None:
-    inputs = good_inputs()
-    inputs[0].parameters["shared_memory_region"] = "region0"
-    assert error_of(batched, request(inputs)) == ("Unable to find shared memory region: 'region0'")
-
-
 def test_raw_byte_size_mismatch(batched: ModelVersion) -> None:
     inputs = [InputTensor("INPUT0", "FP32", (2, 4), raw=b"\x00" * 30), good_inputs()[1]]
     assert error_of(batched, request(inputs)) == (
@@ -424,16 +418,18 @@ def test_unexpected_output(batched: ModelVersion) -> None:
 def test_classification_output(batched: ModelVersion) -> None:
     req = request(good_inputs())
     req.outputs = [RequestedOutput("OUTPUT0", {"classification": 3})]
+    assert prepare_job(batched, req).outputs == ["OUTPUT0"]
+    for value, text in (
+        (0, "invalid value for 'classification' parameter, expected >= 0"),
+        ("3", "invalid value type for 'classification' parameter, expected int64_param"),
+        (True, "invalid value type for 'classification' parameter, expected int64_param"),
+    ):
+        req.outputs = [RequestedOutput("OUTPUT0", {"classification": value})]
+        assert error_of(batched, req) == text
+    req.outputs = [RequestedOutput("OUTPUT0", {"classification": 1, "shared_memory_region": "r"})]
     assert error_of(batched, req) == (
-        "output 'OUTPUT0' for model 'batched' asks for classification, "
-        "which this server does not provide"
+        "output can't set both 'shared_memory_region' and 'classification'"
     )
-
-
-def test_output_shared_memory_region(batched: ModelVersion) -> None:
-    req = request(good_inputs())
-    req.outputs = [RequestedOutput("OUTPUT1", {"shared_memory_region": "out_region"})]
-    assert error_of(batched, req) == "Unable to find shared memory region: 'out_region'"
 
 
 def test_priority_and_timeout_parameters(batched: ModelVersion) -> None:
@@ -508,6 +504,12 @@ def test_build_outputs_object_bytes_accepted(plain: ModelVersion) -> None:
     job = Job(inputs={}, outputs=["UPPER"], batch_size=0)
     (out,) = build_outputs(plain, job, {"UPPER": array})
     assert out.array is array
+
+
+def test_build_outputs_empty_array_takes_the_declared_dtype(plain: ModelVersion) -> None:
+    job = Job(inputs={}, outputs=["UPPER"], batch_size=0)
+    (out,) = build_outputs(plain, job, {"UPPER": np.array([])})  # float64, no elements
+    assert out.datatype == "BYTES" and out.shape == (0,) and out.array.dtype == np.object_
 
 
 def test_build_outputs_wrong_dtype_is_internal(batched: ModelVersion) -> None:
