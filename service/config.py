@@ -80,6 +80,7 @@ class ServerConfig:
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     grpc_reuse_port: bool = False
     strict_readiness: bool = True
+    exit_on_error: bool = True  # a start-up model that fails to load ends the start (exit 1)
     exit_timeout_secs: float = 30.0
     lame_duck_secs: float = 0.0  # after SIGTERM, unary calls on open connections served
     model_control_mode: str = "none"
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _flag(parser, "--reuse-grpc-port", False, "allow several servers on one port (SO_REUSEPORT)")
     _flag(parser, "--strict-readiness", True, "ready only when every model is ready")
+    _flag(parser, "--exit-on-error", True, "exit at start-up when a model fails to load")
     add(
         "--exit-timeout-secs",
         type=float,
@@ -371,6 +373,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         grpc_max_message_bytes=args.grpc_max_message_bytes,
         grpc_reuse_port=args.reuse_grpc_port,
         strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
         lame_duck_secs=args.lame_duck_secs,
         model_control_mode=args.model_control_mode,

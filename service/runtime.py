@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 import threading
 from collections.abc import Callable
 
@@ -68,6 +69,16 @@ class Runtime:
             await self.models.unload_all()
             return False
         log.info("\n%s", model_table(self.models.index(), self.models.versionless()))
+        if not self.models.all_ready():
+            # Triton's start-up rule: every model loaded at start must be ready; its
+            # --exit-on-error (default true) makes that the server's failure to start.
+            if self.config.exit_on_error:
+                print(
+                    "error: creating server: Internal - failed to load all models", file=sys.stderr
+                )
+                await self.models.unload_all()
+                return False
+            log.error("Internal: failed to load all models")
         if self.mode is ControlMode.POLL:
             self._poller = asyncio.create_task(
                 self.models.poll_forever(self.config.repository_poll_secs)

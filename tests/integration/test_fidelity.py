@@ -124,7 +124,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         (repo / name / "config.pbtxt").write_text(text)
     (repo / "empty_text" / "1" / "model.py").write_text(EMPTY_TEXT_MODEL)
     shutil.copytree(REPO_ROOT / "tests" / "python_models" / "faulty", repo / "faulty")
-    proc = ServerProcess([repo], extra_args=["--id", "fidelity-test"]).start()
+    proc = ServerProcess(
+        [repo], extra_args=["--id", "fidelity-test", "--exit-on-error=false"]
+    ).start()
     yield proc
     assert proc.stop() == 0, proc.log
 

@@ -251,7 +251,7 @@ def test_strict_readiness(mixed_repo: Path, strict: bool) -> None:
     """
     flag = f"--strict-readiness={'true' if strict else 'false'}"
     with (
-        running_server([mixed_repo], extra_args=[flag]) as server,
+        running_server([mixed_repo], extra_args=[flag, "--exit-on-error=false"]) as server,
         grpcclient.InferenceServerClient(server.url) as client,
         grpc.insecure_channel(server.url) as channel,
     ):

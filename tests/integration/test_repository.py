@@ -111,7 +111,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repository: Path) -> Iterator[ServerProcess]:
-    with running_server([repository], ["--strict-readiness=false"]) as s:
+    with running_server([repository], ["--strict-readiness=false", "--exit-on-error=false"]) as s:
         yield s
 
 
@@ -150,7 +150,10 @@ def test_valid_model_ready_and_serves(client: grpcclient.InferenceServerClient) 
 
 def test_strict_readiness_not_ready_with_unavailable_models(repository: Path) -> None:
     # Strict readiness is the default.
-    with running_server([repository]) as strict, grpcclient.InferenceServerClient(strict.url) as c:
+    with (
+        running_server([repository], ["--exit-on-error=false"]) as strict,
+        grpcclient.InferenceServerClient(strict.url) as c,
+    ):
         assert c.is_server_live() is True
         assert c.is_server_ready() is False
         # Not ready as a whole, yet the valid models still serve.
@@ -321,3 +324,40 @@ def test_gpu_instance_without_gpu_is_unavailable_with_tritons_reason(
     )
     config = client.get_model_config("good").config
     assert [mc.ModelInstanceGroup.Kind.Name(g.kind) for g in config.instance_group] == ["KIND_CPU"]
+
+
+# --- --exit-on-error (Triton's start-up rule) -------------------------------------------------
+
+FAILED_TO_START = "error: creating server: Internal - failed to load all models"
+
+
+def test_a_model_that_fails_to_load_ends_the_start(repository: Path) -> None:
+    """--exit-on-error is true by default, as Triton's: the start-up table (naming the failed
+    models), then Triton's line, exit code 1; nothing is left serving."""
+    with pytest.raises(RuntimeError) as info:
+        ServerProcess([repository]).start()
+    text = str(info.value)
+    assert "exited with 1" in text, text
+    assert FAILED_TO_START in text, text
+    assert "garbage_onnx" in text and "UNAVAILABLE" in text, text
+
+
+def test_exit_on_error_false_logs_and_serves(repository: Path) -> None:
+    with running_server([repository], ["--exit-on-error=false"]) as server:
+        assert "Internal: failed to load all models" in server.log
+        assert FAILED_TO_START not in server.log
+
+
+def test_explicit_mode_start_fails_only_on_the_models_it_loads(repository: Path) -> None:
+    """Explicit mode: only the --load-model models count (and the repository's broken
+    models, never loaded, do not)."""
+    explicit = ["--model-control-mode", "explicit"]
+    with pytest.raises(RuntimeError) as info:
+        ServerProcess([repository], [*explicit, "--load-model", "garbage_onnx"]).start()
+    assert FAILED_TO_START in str(info.value)
+    with (
+        running_server([repository], [*explicit, "--load-model", "vp_all"]) as server,
+        grpcclient.InferenceServerClient(server.url) as c,
+    ):
+        assert c.is_server_ready()
+        assert c.is_model_ready("vp_all")
