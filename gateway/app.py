@@ -25,6 +25,7 @@ from .compression import decompress
 from .config import GatewayConfig
 from .errors import GatewayError
 from .handlers import Handlers
+from .local_rpc import LocalChannel
 from .messages import HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
 from .routes import Binding, Route, Router, load_routes, load_v1_routes
@@ -64,6 +65,7 @@ class GatewayApp:
         self.access = Access(config.restricted)
         self.tracing = Tracing(config.trace)
         self._channel: ServiceChannel | None = None
+        self._local: LocalChannel | None = None
         self._handlers: Handlers | None = None
         #: Set at SIGTERM: readiness answers 400 and new requests are refused.
         self.draining = False
@@ -84,12 +86,15 @@ class GatewayApp:
         """Open the channel; it connects at the first call, so a service that is down is
         no error."""
         self._channel = ServiceChannel(self.config.grpc_target, self.config.grpc_tls)
+        path = self.config.grpc_local_socket
+        self._local = LocalChannel(path) if path else None
         self._handlers = Handlers(
             self._channel.channel,
             self.config.grpc_target,
             self._follow_traces,
             on_unavailable=self._channel.reconnect,
             header_forward=self.config.header_forward,
+            local=self._local,
         )
         self.tracing.start()
 
@@ -98,6 +103,8 @@ class GatewayApp:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        if self._local is not None:
+            self._local.close()
 
     def shutdown(self) -> None:
         """Close the channel, then flush queued spans within what is left of the exit

@@ -94,6 +94,8 @@ class TraceConfig:
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     grpc_target: str = "127.0.0.1:8001"
+    #: --grpc-local-socket: the service's unary RPCs through its Unix socket (local_rpc.py).
+    grpc_local_socket: str = ""
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -216,6 +218,13 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         default=_DEFAULTS.grpc_target,
         help="HOST:PORT of the gRPC inference service (default %(default)s)",
     )
+    parser.add_argument(
+        "--grpc-local-socket",
+        default="",
+        metavar="PATH",
+        help="the service's --grpc-local-socket: unary RPCs go through it (streams stay on "
+        "--grpc-target)",
+    )
     parser.add_argument("--http-address", default=_DEFAULTS.http_address, help="address to bind")
     parser.add_argument(
         "--http-port",
@@ -315,6 +324,7 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         parser.error(str(exc))
     return GatewayConfig(
         grpc_target=opts.grpc_target,
+        grpc_local_socket=opts.grpc_local_socket,
         http_address=opts.http_address,
         http_port=opts.http_port,
         max_body_bytes=opts.http_max_body_bytes,

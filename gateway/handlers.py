@@ -26,6 +26,7 @@ from .errors import GatewayError, rpc_error
 from .generate import build_generate_request, load_generate_json
 from .generate_stream import GenerateCall
 from .header_forward import forward_headers
+from .local_rpc import LocalChannel, LocalStub
 from .messages import HttpRequest, HttpResponse, error_response, json_response
 from .protojson import build_request, render_response
 from .routes import Binding, Route
@@ -56,14 +57,21 @@ class Handlers:
         on_unavailable: Callable[[], None] | None = None,
         *,
         header_forward: re.Pattern[str] | None = None,
+        local: LocalChannel | None = None,
     ) -> None:
         self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        #: Unary calls: through the service's local socket where there is one.
+        self._unary: Any = (
+            self._stub
+            if local is None
+            else LocalStub(local, pb.DESCRIPTOR.services_by_name["GRPCInferenceService"])
+        )
         self._header_forward = header_forward
         self._target = target
         self._on_trace_setting = on_trace_setting
         #: Called when a call finds the service unavailable (the channel reconnects).
         self._on_unavailable = on_unavailable
-        self._v1 = V1Handlers(channel, target)
+        self._v1 = V1Handlers(channel, target, local)
 
     def handle(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
@@ -114,7 +122,7 @@ class Handlers:
 
     def _call(self, rpc: str, message: Any, metadata: tuple[tuple[str, str], ...]) -> Any:
         try:
-            return getattr(self._stub, rpc)(message, metadata=metadata or None)
+            return getattr(self._unary, rpc)(message, metadata=metadata or None)
         except grpc.RpcError as exc:
             error = rpc_error(exc, self._target)
             if error.status == 503 and self._on_unavailable is not None:

@@ -36,6 +36,7 @@ from trtis import request_status_pb2 as rs
 from trtis import server_status_pb2 as ss
 
 from .errors import GatewayError, rpc_error
+from .local_rpc import LocalChannel, LocalStub
 from .routes import Binding, Route
 
 __all__ = ["STATUS_HEADER", "V1Answer", "V1Handlers", "one_line"]
@@ -136,9 +137,14 @@ def _render(
 class V1Handlers:
     """The v1 routes' translators, bound to the gateway's one channel."""
 
-    def __init__(self, channel: grpc.Channel, target: str) -> None:
-        self._stub = gs_grpc.GRPCServiceStub(channel)
-        self._v2 = pb_grpc.GRPCInferenceServiceStub(channel)
+    def __init__(
+        self, channel: grpc.Channel, target: str, local: LocalChannel | None = None
+    ) -> None:
+        self._stub: Any = gs_grpc.GRPCServiceStub(channel)
+        self._v2: Any = pb_grpc.GRPCInferenceServiceStub(channel)
+        if local is not None:  # every v1 call this gateway makes is unary
+            self._stub = LocalStub(local, gs.DESCRIPTOR.services_by_name["GRPCService"])
+            self._v2 = LocalStub(local, pb.DESCRIPTOR.services_by_name["GRPCInferenceService"])
         self._target = target
 
     def handle(

@@ -73,11 +73,13 @@ def _tree_cpu(pid: int) -> float:
     return total + sum(_tree_cpu(child) for child in children)
 
 
-def gateway_proc(python: str, target: str, workers: int = 1) -> Proc:
+def gateway_proc(python: str, target: str, workers: int = 1, local_socket: str = "") -> Proc:
+    """``local_socket``: the service's --grpc-local-socket, as scripts/serve.sh runs them."""
     return Proc(
         [
             *(python, "-m", "gateway", "--grpc-target", target),
             *("--http-address", "127.0.0.1", "--http-port", "0", "--workers", str(workers)),
+            *(("--grpc-local-socket", local_socket) if local_socket else ()),
         ],
         r"Started HTTPService at [^\s:]+:(\d+)",
     )

@@ -302,15 +302,17 @@ async def main_async(args: argparse.Namespace, load_before: str) -> int:
     with tempfile.TemporaryDirectory(prefix="gateway_bench_") as tmp:
         repo = Path(tmp)
         write_repository(repo)
+        local = str(repo / "rpc.sock") if args.transport == "local" else ""
         service = Proc(
             [
                 *(python, "-m", "service", "--grpc-address", "127.0.0.1", "--grpc-port", "0"),
                 *("--model-repository", str(repo)),
+                *(("--grpc-local-socket", local) if local else ()),
             ],
             r"Started GRPCInferenceService at [^\s:]+:(\d+)",
         )
         target = f"127.0.0.1:{service.port}"
-        gateways = {1: gateway_proc(python, target)}
+        gateways = {1: gateway_proc(python, target, local_socket=local)}
         codes: list[int] = []
         try:
             gateway = gateways[1]
@@ -328,16 +330,19 @@ async def main_async(args: argparse.Namespace, load_before: str) -> int:
             results = await measure_matrix(args, service, gateway)
             workers: dict[int, list[Window]] = {}
             if args.workers > 1:
-                gateways[args.workers] = gateway_proc(python, target, args.workers)
+                gateways[args.workers] = gateway_proc(python, target, args.workers, local)
                 workers = await measure_workers(args, service, gateways)
         finally:
             codes = [gw.stop() for gw in gateways.values()] + [service.stop()]
     text = report(results, clients, workers, args, load_before, _loadavg())
     print(text)
     if not args.quick:
+        results_file = (
+            RESULTS if args.transport == "local" else RESULTS.with_name("gateway_bench_grpc.md")
+        )
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+        results_file.write_text(text, encoding="utf-8")
+        print(f"wrote {results_file.relative_to(ROOT)}")
     return 0 if not any(codes) else 1
 
 
@@ -357,6 +362,13 @@ def main() -> int:
         "--workers", type=int, default=2, help="also measure a gateway with this many workers"
     )
     parser.add_argument("--workers-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--transport",
+        choices=("local", "grpc"),
+        default="local",
+        help="the gateway's hop to the service: its local socket (as scripts/serve.sh runs "
+        "them) or gRPC",
+    )
     parser.add_argument("--quick", action="store_true", help="1 round of 1 s; print, write nothing")
     args = parser.parse_args()
     if args.quick:

@@ -136,6 +136,14 @@ def report(
         f"{platform.python_version()}, {platform.machine()}; load average before the run: "
         f"{load_before}, after: {load_after}. Clients, gateway and service share these CPUs.",
         "",
+        "The service runs in its default layout (one frontend per core); the gateway's hop to "
+        + (
+            "it is the service's local socket (`--grpc-local-socket`, as scripts/serve.sh runs "
+            "them; `--transport grpc` measures the gRPC hop)."
+            if args.transport == "local"
+            else "it is gRPC (`--transport grpc`)."
+        ),
+        "",
         *_clients(clients),
         *_matrix(results, args.rounds),
         *_workers(workers, args.workers_concurrency),

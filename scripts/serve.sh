@@ -23,12 +23,20 @@ if [ "${SERVE_GATEWAY:-1}" = "0" ]; then
 fi
 
 # The gateway must know the service's port: take the last --grpc-port given (default 8001).
+# Its unary calls go through the service's local socket (--grpc-local-socket, one per user
+# and port unless given): a gRPC hop between two Python processes costs more than the REST
+# request it carries (docs/decisions.md, "Local RPC socket").
 grpc_port=8001
+local_socket=""
 prev=""
 for arg in "$@"; do
   case "$arg" in
     --grpc-port=*) grpc_port="${arg#--grpc-port=}" ;;
-    *) [ "$prev" = "--grpc-port" ] && grpc_port="$arg" ;;
+    --grpc-local-socket=*) local_socket="${arg#--grpc-local-socket=}" ;;
+    *)
+      [ "$prev" = "--grpc-port" ] && grpc_port="$arg"
+      [ "$prev" = "--grpc-local-socket" ] && local_socket="$arg"
+      ;;
   esac
   prev="$arg"
 done

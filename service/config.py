@@ -78,6 +78,7 @@ class ServerConfig:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    grpc_local_socket: str = ""
     grpc_reuse_port: bool = False
     strict_readiness: bool = True
     exit_on_error: bool = True  # a start-up model that fails to load ends the start (exit 1)
@@ -168,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         dest="grpc_max_message_bytes",
         help="largest gRPC message sent or received, in bytes",
+    )
+    add(
+        "--grpc-local-socket",
+        default="",
+        metavar="PATH",
+        help="also serve the unary RPCs on a Unix socket at PATH, for a gateway on this host",
     )
     _flag(parser, "--reuse-grpc-port", False, "allow several servers on one port (SO_REUSEPORT)")
     _flag(parser, "--strict-readiness", True, "ready only when every model is ready")
@@ -371,6 +378,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_max_message_bytes=args.grpc_max_message_bytes,
+        grpc_local_socket=args.grpc_local_socket,
         grpc_reuse_port=args.reuse_grpc_port,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,

@@ -25,6 +25,7 @@ from typing import Any
 from .config import ServerConfig
 from .engine.main import run_engine
 from .frontend.main import run_frontend
+from .handlers.local_rpc import bind_local_socket, unlink_quietly
 
 __all__ = ["supervise"]
 
@@ -93,6 +94,8 @@ class Supervisor:
         self._engine_conn: Connection | None = None
         self._frontends: dict[int, _Frontend] = {}
         self._port = 0
+        #: --grpc-local-socket: bound here, shared by every frontend (each accepts on it).
+        self._local: socket.socket | None = None
         self.stopping = False
 
     # --- processes -----------------------------------------------------------------------
@@ -106,7 +109,13 @@ class Supervisor:
 
     def _start_frontend(self, index: int) -> None:
         process, conn = self._spawn(
-            f"frontend-{index}", run_frontend, self._config, index, self._address, self._port
+            f"frontend-{index}",
+            run_frontend,
+            self._config,
+            index,
+            self._address,
+            self._port,
+            self._local,
         )
         self._frontends[index] = _Frontend(index, process, conn)
         log.info("frontend %d started (pid %s)", index, process.pid)
@@ -137,14 +146,27 @@ class Supervisor:
         config = self._config
         try:
             self._port, holder = reserve_port(config.grpc_address, config.grpc_port)
+            if config.grpc_local_socket:
+                self._local = bind_local_socket(config.grpc_local_socket)
         except OSError as exc:
             log.error("%s", exc)
             return 1
-        with holder:
-            code = self._start()
-            if code is None:
-                code = self._serve()
+        try:
+            with holder:
+                code = self._start()
+                if code is None:
+                    code = self._serve()
+        finally:
+            self._close_local()
         return code
+
+    def _close_local(self) -> None:
+        """New local connections are refused from now on (each frontend closes its copy
+        of the listening socket when the stop reaches it)."""
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+            unlink_quietly(self._config.grpc_local_socket)
 
     def _start(self) -> int | None:
         """Engine, then frontends; None once all serve, else the exit code."""
@@ -259,6 +281,7 @@ class Supervisor:
         """The engine leads the graceful stop; frontends exit once it has drained."""
         assert self._engine is not None
         self.stopping = True
+        self._close_local()
         config = self._config
         log.info(
             "shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs

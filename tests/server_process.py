@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +23,11 @@ DEFAULT_REPOSITORY = REPO_ROOT / "service" / "default_repository"
 #: Process layout of test servers: ``--frontends`` (0: one process). scripts/test.sh runs
 #: a part of the suite again with SERVICE_FRONTENDS=2 (the engine / frontends split).
 FRONTENDS = os.environ.get("SERVICE_FRONTENDS", "0")
+#: Test servers also serve their unary RPCs on a local socket (``--grpc-local-socket``) and
+#: gateways started for them use it, as scripts/serve.sh runs the two; SERVICE_LOCAL_SOCKET=0
+#: leaves it out. Server url -> socket path, for ``GatewayProcess``.
+LOCAL_SOCKET = os.environ.get("SERVICE_LOCAL_SOCKET", "1") != "0"
+LOCAL_SOCKETS: dict[str, str] = {}
 
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
 
@@ -152,4 +158,14 @@ class ServerProcess(LoggedProcess):
             args += ["--frontends", FRONTENDS]
         for repo in repositories:
             args += ["--model-repository", str(repo)]
+        self.local_socket = ""
+        if LOCAL_SOCKET and not any(a.startswith("--grpc-local-socket") for a in extra_args):
+            self.local_socket = os.path.join(tempfile.mkdtemp(prefix="svc-"), "rpc.sock")
+            args += ["--grpc-local-socket", self.local_socket]
         super().__init__([*args, *extra_args], env)
+
+    def start(self, timeout: float = 60.0) -> Self:
+        super().start(timeout)
+        if self.local_socket:
+            LOCAL_SOCKETS[self.url] = self.local_socket
+        return self

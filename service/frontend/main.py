@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import socket
 import sys
 from multiprocessing.connection import Connection
 from typing import Any
@@ -33,7 +34,12 @@ _LOST_ENGINE_WAIT_S = 1.0  # for the UNAVAILABLE answers of the calls the engine
 
 
 def run_frontend(
-    config: ServerConfig, index: int, address: str, port: int, parent: Connection
+    config: ServerConfig,
+    index: int,
+    address: str,
+    port: int,
+    local: socket.socket | None,
+    parent: Connection,
 ) -> None:
     """Process entry point (spawned by the supervisor)."""
     # Ctrl-C reaches the whole process group, and a service manager may signal every
@@ -47,7 +53,7 @@ def run_frontend(
         parent.send(("failed", str(exc)))
         sys.exit(1)
     try:
-        code = loop.run(_serve(config, index, address, port, parent, logs))
+        code = loop.run(_serve(config, index, address, port, local, parent, logs))
     finally:
         logs.close()
     sys.exit(code)
@@ -70,6 +76,7 @@ async def _serve(
     index: int,
     address: str,
     port: int,
+    local: socket.socket | None,
     parent: Connection,
     logs: LogControl,
 ) -> int:
@@ -90,6 +97,7 @@ async def _serve(
             tracing=tracing,
             reuse_port=True,
             quiet=index != 1,  # start-up notes once, from the first frontend
+            local_socket=local,
         )
         await frontend.start()
     except OSError as exc:

@@ -19,6 +19,7 @@ from ..config import ServerConfig, TlsConfig
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .listener import close_listeners
+from .local_rpc import LocalRpcServer, bind_local_socket, unlink_quietly
 from .reflection import enable_reflection
 from .servicer import InferenceServicer
 from .v1_servicer import V1_SERVER_ID, V1Servicer
@@ -98,9 +99,12 @@ class GrpcFrontend:
         tracing: RequestTracing | None = None,
         reuse_port: bool = False,
         quiet: bool = False,
+        local_socket: socket.socket | None = None,
     ) -> None:
         """``reuse_port``: several frontend processes share the port (``--frontends``);
-        ``quiet``: one of several frontends, which leaves the start-up lines to the parent."""
+        ``quiet``: one of several frontends, which leaves the start-up lines to the parent;
+        ``local_socket``: a listening Unix socket (``--grpc-local-socket``) on which the
+        unary methods are served too (``local_rpc.py``)."""
         self._config = config
         self._reuse_port = reuse_port  # the supervisor checked the port and holds it
         self._credentials = _credentials(config.tls) if config.tls is not None else None
@@ -130,9 +134,12 @@ class GrpcFrontend:
             if not quiet:
                 log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
         # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
-        add_service(self._server, SERVICE, self._servicer, checks_own=True)
-        add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
-        add_service(self._server, _HEALTH, self._health, checks_own=False)
+        unary = add_service(self._server, SERVICE, self._servicer, checks_own=True)
+        unary |= add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
+        unary |= add_service(self._server, _HEALTH, self._health, checks_own=False)
+        self._local_socket = local_socket
+        self._local_path = ""
+        self._local = LocalRpcServer(unary, config.grpc_max_message_bytes)
         enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
@@ -155,7 +162,12 @@ class GrpcFrontend:
         except RuntimeError as exc:
             why = "check the port, and the TLS certificate and key" if self._credentials else exc
             raise OSError(f"unable to bind gRPC endpoint {address}: {why}") from exc
+        if self._local_socket is None and config.grpc_local_socket and not self._reuse_port:
+            self._local_socket = bind_local_socket(config.grpc_local_socket)
+            self._local_path = config.grpc_local_socket  # this process made it: it removes it
         await self._server.start()
+        if self._local_socket is not None:
+            await self._local.start(self._local_socket)
         await self.set_serving(True)
         self._port = port
         return port
@@ -191,6 +203,9 @@ class GrpcFrontend:
         keys only on connection errors, never on a grpc-status, so a refused connect is
         the one answer it retries on another replica (deploy/nginx/README.md).
         """
+        self._local.close()
+        if self._local_path:
+            unlink_quietly(self._local_path)
         return await asyncio.to_thread(close_listeners, self._port) > 0
 
     async def stop(self, grace: float) -> None:

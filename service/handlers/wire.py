@@ -64,10 +64,12 @@ _HANDLERS = {
 
 def add_service(
     server: grpc.aio.Server, service: ServiceDescriptor, servicer: object, *, checks_own: bool
-) -> None:
+) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """Register every method of ``service`` on ``server`` (what the generated
     ``add_*Servicer_to_server`` does, with our parsers). ``checks_own``: the servicer
-    answers ``Malformed`` requests itself; otherwise each method is wrapped to do so."""
+    answers ``Malformed`` requests itself; otherwise each method is wrapped to do so.
+    Returns the unary ones by their full path (``/package.Service/Method``), which the
+    local RPC socket serves too."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
@@ -83,6 +85,11 @@ def add_service(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )
     server.add_registered_method_handlers(service.full_name, handlers)  # type: ignore[attr-defined]
+    return {
+        f"/{service.full_name}/{name}": handler
+        for name, handler in handlers.items()
+        if handler.unary_unary is not None
+    }
 
 
 def _refuse(context: Context, request: Malformed) -> None:

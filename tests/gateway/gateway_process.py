@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from server_process import SERVICE_PYTHON, LoggedProcess
+from server_process import LOCAL_SOCKETS, SERVICE_PYTHON, LoggedProcess
 
 _STARTED = re.compile(r"Started HTTPService at [^\s:]+:(\d+)")
 
@@ -25,6 +25,9 @@ class GatewayProcess(LoggedProcess):
     started = _STARTED
 
     def __init__(self, grpc_target: str, extra_args: Sequence[str] = ()) -> None:
+        local = LOCAL_SOCKETS.get(grpc_target)
+        if local and not any(a.startswith("--grpc-local-socket") for a in extra_args):
+            extra_args = ["--grpc-local-socket", local, *extra_args]
         super().__init__(
             [
                 SERVICE_PYTHON,

@@ -338,8 +338,10 @@ def test_service_down_is_503_and_recovers(tmp_path: Any) -> None:
             assert f"inference service at 127.0.0.1:{port} is unavailable" in reply.error
         reply = http_request(gw.url, "POST", INFER, _request())
         assert reply.status == 503
+        # On the same port, and the same local socket where there is one (as serve.sh does).
+        local = ["--grpc-local-socket", server.local_socket] if server.local_socket else []
         restarted = ServerProcess(
-            [DEFAULT_REPOSITORY], extra_args=["--grpc-port", str(port)]
+            [DEFAULT_REPOSITORY], extra_args=["--grpc-port", str(port), *local]
         ).start()
         try:
             deadline = time.monotonic() + 15

@@ -1,0 +1,181 @@
+"""The service's unary RPCs through its local socket (``--grpc-local-socket``).
+
+The same RPCs, messages and status codes as over gRPC, framed on a Unix socket instead of
+HTTP/2 (the service's ``handlers/local_rpc.py`` says why and defines the frames): a
+gRPC round trip between two Python processes costs several times the REST request it
+carries. Streams (generate_stream, decoupled models) stay on the gRPC channel.
+
+A connection carries one call at a time: a calling thread takes one from the pool (or
+connects a new one) and gives it back after the answer, so the pool holds at most as
+many connections as calls ever ran at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+__all__ = ["LocalChannel", "LocalRpcError", "LocalStub"]
+
+_SIZE = struct.Struct("<I")
+_CALL = struct.Struct("<IHI")  # size, method length, metadata length
+_ANSWER = struct.Struct("<BI")  # code, details length
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class LocalRpcError(grpc.RpcError):
+    """A failed call, answering ``code()`` and ``details()`` as grpc's own error does."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def _metadata(metadata: Sequence[tuple[str, str]] | None) -> bytes:
+    if not metadata:
+        return b""
+    return "".join(f"{key}\0{value}\0" for key, value in metadata).encode()
+
+
+def _read_exactly(connection: socket.socket, size: int) -> bytearray:
+    data = bytearray(size)
+    view = memoryview(data)
+    got = 0
+    while got < size:
+        count = connection.recv_into(view[got:])
+        if count == 0:
+            raise ConnectionResetError("socket closed by the service")
+        got += count
+    return data
+
+
+def _alive(connection: socket.socket) -> bool:
+    """An idle connection with something to read was closed by the service (it stopped
+    or restarted): one non-blocking peek tells."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+class _Method:
+    """One unary method, called like a generated stub's: ``method(request, metadata=...)``."""
+
+    __slots__ = ("_name", "_parse", "_stub")
+
+    def __init__(self, channel: LocalChannel, path: str, output: type[Message]) -> None:
+        self._stub = channel
+        self._name = path.encode()
+        self._parse = output.FromString
+
+    def __call__(
+        self, request: Message, metadata: Sequence[tuple[str, str]] | None = None, **_: Any
+    ) -> Any:
+        return self._parse(self._stub.call(self._name, request.SerializeToString(), metadata))
+
+
+class LocalStub:
+    """Attributes named for the unary methods of ``service``, as on grpc's stubs."""
+
+    def __init__(self, channel: LocalChannel, service: ServiceDescriptor) -> None:
+        for method in service.methods:
+            if not (method.client_streaming or method.server_streaming):
+                full = f"/{service.full_name}/{method.name}"
+                output = GetMessageClass(method.output_type)
+                setattr(self, method.name, _Method(channel, full, output))
+
+
+class LocalChannel:
+    """The pool of connections to the service's local socket at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._idle: list[socket.socket] = []
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call(
+        self, method: bytes, payload: bytes, metadata: Sequence[tuple[str, str]] | None
+    ) -> bytes:
+        meta = _metadata(metadata)
+        size = _CALL.size - 4 + len(method) + len(meta) + len(payload)
+        head = _CALL.pack(size, len(method), len(meta))
+        connection = self._take()
+        try:
+            connection.sendmsg([head, method, meta, payload])
+            (size,) = _SIZE.unpack(_read_exactly(connection, 4))
+            answer = _read_exactly(connection, size)
+        except OSError as exc:
+            self._drop(connection)
+            if self._closed:
+                raise LocalRpcError(grpc.StatusCode.CANCELLED, "Channel closed") from None
+            text = f"connection reset: {exc.strerror or exc}"
+            raise LocalRpcError(grpc.StatusCode.UNAVAILABLE, text) from None
+        self._give_back(connection)
+        code, length = _ANSWER.unpack_from(answer)
+        if code:
+            details = bytes(answer[_ANSWER.size : _ANSWER.size + length]).decode()
+            raise LocalRpcError(_CODES.get(code, grpc.StatusCode.UNKNOWN), details)
+        return bytes(memoryview(answer)[_ANSWER.size + length :])
+
+    def _take(self) -> socket.socket:
+        with self._lock:
+            if self._closed:
+                raise LocalRpcError(grpc.StatusCode.CANCELLED, "Channel closed")
+            while self._idle:
+                connection = self._idle.pop()
+                if _alive(connection):
+                    return connection
+                self._open.discard(connection)
+                connection.close()
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(self.path)
+        except OSError as exc:
+            connection.close()
+            text = f"failed to connect to {self.path}: {exc.strerror or exc}"
+            raise LocalRpcError(grpc.StatusCode.UNAVAILABLE, text) from None
+        with self._lock:
+            self._open.add(connection)
+        return connection
+
+    def _give_back(self, connection: socket.socket) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(connection)
+                return
+        self._drop(connection)
+
+    def _drop(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(connection)
+        connection.close()
+
+    def close(self) -> None:
+        """Calls still running fail at once (``Channel closed``), as on grpc's channel."""
+        with self._lock:
+            self._closed = True
+            connections, self._open, self._idle = self._open, set(), []
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
