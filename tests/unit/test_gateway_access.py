@@ -97,7 +97,7 @@ class _Stub:
 def test_handlers_send_the_request_metadata() -> None:
     handlers = Handlers.__new__(Handlers)
     stub = _Stub()
-    handlers._stub = stub  # type: ignore[assignment]
+    handlers._stub = handlers._unary = stub  # type: ignore[assignment]
     handlers._target = "fake"
     route = next(r for r in load_routes() if r.rpc == "ServerReady")
     metadata = (("traceparent", "00-a-b-01"),)
