@@ -36,9 +36,6 @@ _SIZE = struct.Struct("<I")
 _CALL = struct.Struct("<HI")
 _ANSWER = struct.Struct("<IBI")  # size, code, details length
 
-#: gRPC status codes by number, for the answer's first byte.
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
 
 class _Aborted(Exception):
     """``context.abort``: the status is already set on the context."""
@@ -128,8 +125,13 @@ class _Connection(asyncio.Protocol):
             self._server.tasks.add(task)
             task.add_done_callback(self._server.tasks.discard)
             offset = end
-        # A new buffer each time: the frames handed out keep views of the old one.
-        self._buffer = bytearray(view[offset:]) if offset < len(view) else bytearray()
+        if offset == 0 and pending is self._buffer:
+            view.release()  # no frame took a view of it: it keeps growing in place
+        elif offset < len(view):
+            # A new buffer: the frames handed out keep views of the old one.
+            self._buffer = bytearray(view[offset:])
+        else:
+            self._buffer = bytearray()
 
     def _refuse(self, size: int) -> None:
         """A call larger than the server takes: answered as grpc does, then the

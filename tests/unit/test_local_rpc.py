@@ -208,6 +208,30 @@ def test_bad_frames_get_clear_errors_and_the_server_keeps_serving(
     channel.close()
 
 
+def test_a_frame_in_pieces_and_two_frames_in_one_write(served: tuple[str, Behaviour]) -> None:
+    one = call_frame(
+        PATH + "ModelMetadata", b"", pb.ModelMetadataRequest(name="a").SerializeToString()
+    )
+    two = call_frame(
+        PATH + "ModelMetadata", b"", pb.ModelMetadataRequest(name="b").SerializeToString()
+    )
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(served[0])
+        for piece in (one[:3], one[3:7], one[7:-1], one[-1:] + two):
+            conn.sendall(piece)
+            time.sleep(0.02)  # each piece its own read on the server
+        names, data = [], b""
+        while len(names) < 2:
+            data += conn.recv(65536)
+            while len(data) >= 4 and len(data) >= 4 + struct.unpack_from("<I", data)[0]:
+                size = struct.unpack_from("<I", data)[0]
+                code, length = struct.unpack_from("<BI", data, 4)
+                assert code == 0
+                names.append(pb.ModelMetadataResponse.FromString(data[9 + length : 4 + size]).name)
+                data = data[4 + size :]
+    assert sorted(names) == ["a", "b"]
+
+
 def test_socket_is_private_stale_files_replaced_live_ones_refused(tmp_path: Path) -> None:
     path = str(tmp_path / "rpc.sock")
     first = bind_local_socket(path)
