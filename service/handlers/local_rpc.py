@@ -157,9 +157,11 @@ class _Connection(asyncio.Protocol):
             return
         context = LocalContext(metadata)
         request = handler.request_deserializer(message)
-        response = None
+        payload = b""
         try:
             response = await handler.unary_unary(request, context)
+            if context.code is grpc.StatusCode.OK:
+                payload = handler.response_serializer(response)
         except _Aborted:
             pass
         except Exception as exc:  # what grpc.aio answers for an exception it did not expect
@@ -167,7 +169,7 @@ class _Connection(asyncio.Protocol):
             context.code = grpc.StatusCode.UNKNOWN
             context.details = f"Unexpected {type(exc)}: {exc}"
         if context.code is grpc.StatusCode.OK:
-            self._send(answer_frame(context.code, "", handler.response_serializer(response)))
+            self._send(answer_frame(context.code, "", payload))
         else:
             self._send(answer_frame(context.code, context.details))
         context.done()
