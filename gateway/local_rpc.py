@@ -16,8 +16,8 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -65,6 +65,13 @@ def _read_exactly(connection: socket.socket, size: int) -> bytearray:
     return data
 
 
+def _send_all(connection: socket.socket, parts: list[bytes], total: int) -> None:
+    """``sendmsg`` may send part of a large call (a signal in between): send the rest."""
+    sent = connection.sendmsg(parts)
+    if sent < total:
+        connection.sendall(memoryview(b"".join(parts))[sent:])
+
+
 def _alive(connection: socket.socket) -> bool:
     """An idle connection with something to read was closed by the service (it stopped
     or restarted): one non-blocking peek tells."""
@@ -84,7 +91,8 @@ class _Method:
     def __init__(self, channel: LocalChannel, path: str, output: type[Message]) -> None:
         self._stub = channel
         self._name = path.encode()
-        self._parse = output.FromString
+        # protobuf parses any buffer; its stubs say bytes only.
+        self._parse = cast(Callable[[memoryview], Message], output.FromString)
 
     def __call__(
         self, request: Message, metadata: Sequence[tuple[str, str]] | None = None, **_: Any
@@ -115,13 +123,13 @@ class LocalChannel:
 
     def call(
         self, method: bytes, payload: bytes, metadata: Sequence[tuple[str, str]] | None
-    ) -> bytes:
+    ) -> memoryview:
         meta = _metadata(metadata)
         size = _CALL.size - 4 + len(method) + len(meta) + len(payload)
         head = _CALL.pack(size, len(method), len(meta))
         connection = self._take()
         try:
-            connection.sendmsg([head, method, meta, payload])
+            _send_all(connection, [head, method, meta, payload], size + 4)
             (size,) = _SIZE.unpack(_read_exactly(connection, 4))
             answer = _read_exactly(connection, size)
         except OSError as exc:
@@ -135,7 +143,7 @@ class LocalChannel:
         if code:
             details = bytes(answer[_ANSWER.size : _ANSWER.size + length]).decode()
             raise LocalRpcError(_CODES.get(code, grpc.StatusCode.UNKNOWN), details)
-        return bytes(memoryview(answer)[_ANSWER.size + length :])
+        return memoryview(answer)[_ANSWER.size + length :]  # parsed as is: no copy
 
     def _take(self) -> socket.socket:
         with self._lock:
