@@ -25,9 +25,10 @@ DEFAULT_REPOSITORY = REPO_ROOT / "service" / "default_repository"
 FRONTENDS = os.environ.get("SERVICE_FRONTENDS", "0")
 #: Test servers also serve their unary RPCs on a local socket (``--grpc-local-socket``) and
 #: gateways started for them use it, as scripts/serve.sh runs the two; SERVICE_LOCAL_SOCKET=0
-#: leaves it out. Server url -> socket path, for ``GatewayProcess``.
+#: leaves it out. Server url -> the server, for ``GatewayProcess``: a port is reused once
+#: its server is gone, so the entry counts only while that server runs.
 LOCAL_SOCKET = os.environ.get("SERVICE_LOCAL_SOCKET", "1") != "0"
-LOCAL_SOCKETS: dict[str, str] = {}
+LOCAL_SOCKETS: dict[str, ServerProcess] = {}
 
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
 
@@ -63,6 +64,10 @@ class LoggedProcess:
     @property
     def log(self) -> str:
         return "".join(self.lines)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout: float = 60.0) -> Self:
         self._proc = subprocess.Popen(
@@ -167,5 +172,5 @@ class ServerProcess(LoggedProcess):
     def start(self, timeout: float = 60.0) -> Self:
         super().start(timeout)
         if self.local_socket:
-            LOCAL_SOCKETS[self.url] = self.local_socket
+            LOCAL_SOCKETS[self.url] = self
         return self

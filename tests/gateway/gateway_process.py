@@ -25,7 +25,8 @@ class GatewayProcess(LoggedProcess):
     started = _STARTED
 
     def __init__(self, grpc_target: str, extra_args: Sequence[str] = ()) -> None:
-        local = LOCAL_SOCKETS.get(grpc_target)
+        server = LOCAL_SOCKETS.get(grpc_target)
+        local = server.local_socket if server is not None and server.running else ""
         if local and not any(a.startswith("--grpc-local-socket") for a in extra_args):
             extra_args = ["--grpc-local-socket", local, *extra_args]
         super().__init__(
