@@ -229,6 +229,10 @@ def start_servers(
         if not (tree / "service" / "supervisor.py").exists():  # older than --frontends
             at = old.args.index("--frontends")
             del old.args[at : at + 2]
+        if old.local_socket and not (tree / "service" / "handlers" / "local_rpc.py").exists():
+            at = old.args.index("--grpc-local-socket")  # older than the local RPC socket
+            del old.args[at : at + 2]
+            old.local_socket = ""
         short = short_commit(baseline_ref)
         label = baseline_ref if short == baseline_ref else f"{baseline_ref} ({short})"
         servers.append(Server(label, old))

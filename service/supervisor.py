@@ -74,6 +74,19 @@ def reserve_port(address: str, port: int) -> tuple[int, socket.socket]:
     return port, holder
 
 
+_FAILED = "failed"
+
+
+def _report(conn: Connection) -> tuple[str, Any]:
+    """A child's next report, ``(kind, value)``; one that died before sending it reports
+    ``failed`` (EOF on its pipe)."""
+    try:
+        kind, value = conn.recv()
+    except EOFError:
+        return _FAILED, None
+    return kind, value
+
+
 class _Frontend:
     def __init__(self, index: int, process: BaseProcess, conn: Connection) -> None:
         self.index = index
@@ -180,10 +193,7 @@ class Supervisor:
             if self._signals:
                 return self._stop()
             if self._engine_conn in ready:
-                try:
-                    kind, metrics_port = self._engine_conn.recv()
-                except EOFError:
-                    kind = "failed"
+                kind, metrics_port = _report(self._engine_conn)
                 if kind != "ready":
                     return self._abort()
                 break
@@ -199,11 +209,7 @@ class Supervisor:
                 return self._engine_died()
             for slot in self._frontends.values():
                 if slot.conn in ready:
-                    try:
-                        kind, _ = slot.conn.recv()
-                    except EOFError:
-                        kind = "failed"
-                    if kind != "serving":
+                    if _report(slot.conn)[0] != "serving":
                         return self._abort()
                     slot.serving = True
                 elif slot.process.sentinel in ready:
@@ -226,9 +232,7 @@ class Supervisor:
                 if slot.process.sentinel in ready:
                     self._replace(slot)
                 elif slot.conn in ready:
-                    try:
-                        slot.conn.recv()
-                    except EOFError:
+                    if _report(slot.conn)[0] == _FAILED:
                         continue  # its sentinel follows
                     slot.serving = True
                     log.info("frontend %d (pid %s) serving", slot.index, slot.process.pid)

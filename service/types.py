@@ -24,7 +24,16 @@ __all__ = [
     "ParameterValue",
     "RequestedOutput",
     "TensorSpec",
+    "UInt64",
 ]
+
+
+class UInt64(int):
+    """An integer parameter that came as ``uint64_param``: Triton tells it apart from
+    ``int64_param`` ('classification' takes only the latter) and answers it as uint64."""
+
+    __slots__ = ()
+
 
 ParameterValue = bool | int | float | str
 

@@ -6,8 +6,10 @@ and logs the port it got, so tests never race for a "free" port.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -31,6 +33,14 @@ LOCAL_SOCKET = os.environ.get("SERVICE_LOCAL_SOCKET", "1") != "0"
 LOCAL_SOCKETS: dict[str, ServerProcess] = {}
 
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
+
+
+def socket_dir() -> str:
+    """A private directory for a local socket, removed when the test session ends (not at
+    the server's stop: a test may start another server on the same path)."""
+    path = tempfile.mkdtemp(prefix="svc-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 class LoggedProcess:
@@ -165,7 +175,7 @@ class ServerProcess(LoggedProcess):
             args += ["--model-repository", str(repo)]
         self.local_socket = ""
         if LOCAL_SOCKET and not any(a.startswith("--grpc-local-socket") for a in extra_args):
-            self.local_socket = os.path.join(tempfile.mkdtemp(prefix="svc-"), "rpc.sock")
+            self.local_socket = os.path.join(socket_dir(), "rpc.sock")
             args += ["--grpc-local-socket", self.local_socket]
         super().__init__([*args, *extra_args], env)
 

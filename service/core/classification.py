@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgument
-from ..types import InferRequest, OutputTensor, RequestedOutput
+from ..types import InferRequest, OutputTensor, RequestedOutput, UInt64
 from .model import ModelVersion
 
 __all__ = [
@@ -81,7 +81,7 @@ def check_classification(model: ModelVersion, output: RequestedOutput) -> None:
     if "shared_memory_region" in params:
         raise InvalidArgument("output can't set both 'shared_memory_region' and 'classification'")
     count = params[_PARAMETER]
-    if not isinstance(count, int) or isinstance(count, bool):
+    if not isinstance(count, int) or isinstance(count, bool | UInt64):
         raise InvalidArgument(
             "invalid value type for 'classification' parameter, expected int64_param"
         )

@@ -28,6 +28,7 @@ from ..types import (
     ParameterValue,
     RequestedOutput,
     TensorSpec,
+    UInt64,
 )
 
 __all__ = [
@@ -43,11 +44,16 @@ __all__ = [
 ]
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def decode_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, ParameterValue]:
     out: dict[str, ParameterValue] = {}
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
-        if which is not None:
+        if which == "uint64_param":
+            out[key] = UInt64(param.uint64_param)
+        elif which is not None:
             out[key] = getattr(param, which)
     return out
 
@@ -58,7 +64,10 @@ def encode_parameters(target: Any, params: Mapping[str, ParameterValue]) -> None
         if isinstance(value, bool):
             slot.bool_param = value
         elif isinstance(value, int):
-            slot.int64_param = value
+            if isinstance(value, UInt64) or value > _INT64_MAX:
+                slot.uint64_param = value
+            else:
+                slot.int64_param = value
         elif isinstance(value, float):
             slot.double_param = value
         else:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import running_gateway
 from gateway_process import GatewayProcess, http_request
-from server_process import ServerProcess
+from server_process import ServerProcess, socket_dir
 
 ADD_SUB = {
     "inputs": [
@@ -39,7 +38,7 @@ SAME = [
 
 
 def socket_path() -> str:
-    return os.path.join(tempfile.mkdtemp(prefix="gw-local-"), "rpc.sock")
+    return os.path.join(socket_dir(), "rpc.sock")
 
 
 @pytest.fixture(scope="module", params=["0", "2"], ids=["one-process", "frontends-2"])

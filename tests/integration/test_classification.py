@@ -6,18 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from integration_support import expect_error, running_server
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from v1_support import build_repository
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[grpcclient.InferenceServerClient]:
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repo = build_repository(tmp_path_factory.mktemp("classification_repo"))
     args = ["--model-control-mode", "explicit", "--load-model", "*"]
-    with running_server([repo], args) as server, grpcclient.InferenceServerClient(server.url) as c:
+    with running_server([repo], args) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> Iterator[grpcclient.InferenceServerClient]:
+    with grpcclient.InferenceServerClient(url) as c:
         yield c
 
 
@@ -85,3 +93,24 @@ def test_bad_classification_requests(client: grpcclient.InferenceServerClient) -
     )
     # The server keeps serving.
     assert _infer(client, "classifier", data + 1, 1).as_numpy("PROB").shape == (1, 1)
+
+
+def test_uint64_classification_is_refused_as_triton_does(url: str) -> None:
+    """tritonclient always sends int64_param; a client built from the protos may send
+    uint64_param, which Triton refuses by its type."""
+    request = service_pb2.ModelInferRequest(model_name="classifier")
+    tensor = request.inputs.add(name="INPUT", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([0.1, 0.2, 0.3, 0.4])
+    output = request.outputs.add(name="PROB")
+    output.parameters["classification"].uint64_param = 2
+    with grpc.insecure_channel(url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(request, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details() == (
+            "invalid value type for 'classification' parameter, expected int64_param"
+        )
+        output.parameters["classification"].int64_param = 2
+        answer = stub.ModelInfer(request, timeout=10)
+        assert answer.outputs[0].datatype == "BYTES" and list(answer.outputs[0].shape) == [1, 2]

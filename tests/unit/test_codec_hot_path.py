@@ -12,8 +12,13 @@ import pytest
 
 from inference import grpc_service_pb2 as pb
 from service.errors import InvalidArgument
-from service.handlers.codec import decode_infer_request, encode_infer_response
-from service.types import InferResponse, OutputTensor
+from service.handlers.codec import (
+    decode_infer_request,
+    decode_parameters,
+    encode_infer_response,
+    encode_parameters,
+)
+from service.types import InferResponse, OutputTensor, UInt64
 
 
 def _encode(*arrays: np.ndarray, datatype: str = "FP32") -> pb.ModelInferResponse:
@@ -91,3 +96,27 @@ def test_decode_pairs_raw_inputs_in_order() -> None:
     del request.raw_input_contents[1:]
     with pytest.raises(InvalidArgument, match="unable to find data for input tensor 'B'"):
         decode_infer_request(request)
+
+
+def test_parameters_keep_int64_and_uint64_apart() -> None:
+    """Triton tells the two apart ('classification' takes only int64_param): a uint64
+    parameter stays one through decode and encode, and an int too big for int64 goes
+    out as uint64 instead of failing."""
+    request = pb.ModelInferRequest()
+    request.parameters["signed"].int64_param = -5
+    request.parameters["unsigned"].uint64_param = 2**64 - 1
+    request.parameters["small"].uint64_param = 7
+    params = decode_parameters(request.parameters)
+    assert params == {"signed": -5, "unsigned": 2**64 - 1, "small": 7}
+    assert not isinstance(params["signed"], UInt64)
+    assert isinstance(params["unsigned"], UInt64) and isinstance(params["small"], UInt64)
+    response = pb.ModelInferResponse()
+    encode_parameters(response.parameters, {**params, "big": 2**63})
+    kinds = {k: v.WhichOneof("parameter_choice") for k, v in response.parameters.items()}
+    assert kinds == {
+        "signed": "int64_param",
+        "unsigned": "uint64_param",
+        "small": "uint64_param",
+        "big": "uint64_param",
+    }
+    assert response.parameters["small"].uint64_param == 7

@@ -23,7 +23,7 @@ from service.errors import (
 )
 from service.scheduling.base import ExecutionResult, Job
 from service.statistics import BatchTimings
-from service.types import InferRequest, InputTensor, RequestedOutput
+from service.types import InferRequest, InputTensor, RequestedOutput, UInt64
 
 BATCHED = """
 name: "batched"
@@ -423,6 +423,7 @@ def test_classification_output(batched: ModelVersion) -> None:
         (0, "invalid value for 'classification' parameter, expected >= 0"),
         ("3", "invalid value type for 'classification' parameter, expected int64_param"),
         (True, "invalid value type for 'classification' parameter, expected int64_param"),
+        (UInt64(3), "invalid value type for 'classification' parameter, expected int64_param"),
     ):
         req.outputs = [RequestedOutput("OUTPUT0", {"classification": value})]
         assert error_of(batched, req) == text
