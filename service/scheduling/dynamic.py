@@ -47,7 +47,7 @@ class DynamicBatchScheduler:
         self._pool = pool
         self._stats = stats
         self._clock = clock
-        self._policy = BatchPolicy.from_config(config, _ragged_inputs(config, pool))
+        self._policy = BatchPolicy.from_config(config, ragged_inputs(config, pool))
         self._queues = PriorityQueues.from_config(config.dynamic_batching)
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
@@ -206,7 +206,7 @@ class DynamicBatchScheduler:
         await self._pool.aclose()
 
 
-def _ragged_inputs(config: mc.ModelConfig, pool: InstancePool) -> frozenset[str]:
+def ragged_inputs(config: mc.ModelConfig, pool: InstancePool) -> frozenset[str]:
     """Inputs whose shapes may differ within a batch: ``allow_ragged_batch`` ones, for
     backends that take requests one by one (a merged tensor batch needs equal shapes)."""
     if not pool.workers or not isinstance(pool.workers[0].instance, RequestInstance):

@@ -11,7 +11,9 @@ from ..statistics import ModelStats
 from .base import Scheduler
 from .batching_config import prepare_dynamic_batching
 from .default import DefaultScheduler
-from .dynamic import DynamicBatchScheduler
+from .drain import DrainBatchScheduler, drains
+from .dynamic import DynamicBatchScheduler, ragged_inputs
+from .hooks import DELAY_ENV, hold_count
 from .instances import InstancePool
 from .sequence import SequenceBatchScheduler
 
@@ -34,5 +36,7 @@ def create_scheduler(
         # Triton batches nothing when max_batch_size is 0, but priorities and queue
         # policies still apply: its dynamic batcher runs with batches of one.
         prepare_dynamic_batching(config)
+        if drains(config, bool(ragged_inputs(config, pool)), hold_count(DELAY_ENV)):
+            return DrainBatchScheduler(config, pool, stats)
         return DynamicBatchScheduler(config, pool, stats)
     return DefaultScheduler(pool, stats)

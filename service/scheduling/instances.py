@@ -24,13 +24,15 @@ from .base import Job
 from .batch import JobOutputs, execute_batch
 from .handoff import mailbox_for
 
-__all__ = ["Deliver", "InstancePool", "InstanceWorker"]
+__all__ = ["SKIP", "Deliver", "InstancePool", "InstanceWorker"]
 
 T = TypeVar("T")
 Instance = ModelInstance | RequestInstance
 Deliver = Callable[[Any, BaseException | None], None]
 # (work, deliver, mailbox): ``deliver(result, error)`` runs on the mailbox's loop.
 _Work = tuple[Callable[[Instance], Any], Deliver, Any]
+#: What a work item returns when it found nothing to do: nothing is delivered.
+SKIP = object()
 
 
 def _name_os_thread(name: str) -> None:
@@ -66,7 +68,8 @@ class InstanceWorker:
                 result, error = work(instance), None
             except BaseException as exc:  # delivered to the caller, as a future would
                 result, error = None, exc
-            mailbox.post(deliver, result, error)
+            if result is not SKIP:
+                mailbox.post(deliver, result, error)
             del item, work, deliver, result, error  # hold nothing while waiting
 
     def put(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:

@@ -16,6 +16,7 @@ from service.backends.base import InstanceSpec
 from service.errors import Internal, Unavailable
 from service.scheduling.base import Job
 from service.scheduling.default import DefaultScheduler
+from service.scheduling.drain import DrainBatchScheduler
 from service.scheduling.dynamic import DynamicBatchScheduler
 from service.scheduling.factory import create_scheduler
 from service.scheduling.instances import InstancePool, InstanceWorker
@@ -369,7 +370,7 @@ async def test_factory_checks_and_completes_the_batching_config() -> None:
     pool = InstancePool([InstanceWorker(Doubler())])
     cfg = config(max_batch=8)
     scheduler = create_scheduler(cfg, pool, ModelStats())
-    assert isinstance(scheduler, DynamicBatchScheduler)
+    assert isinstance(scheduler, DrainBatchScheduler)  # the plain rule (test_drain_batcher)
     assert list(cfg.dynamic_batching.preferred_batch_size) == [8]  # as Triton reports it
     await scheduler.stop()
     bad = config(max_batch=8, preferred_batch_size=[16])
