@@ -10,12 +10,13 @@ caller (the core's ``infer``) is gone by then: ``count_abandoned`` is its one pl
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from ..errors import Internal
 from ..statistics import ModelStats
 from .base import ExecutionResult, Job
 
-__all__ = ["caller_gone", "count_abandoned", "count_if_delivered_too_late"]
+__all__ = ["caller_gone", "caller_left", "count_abandoned", "count_if_delivered_too_late"]
 
 
 def caller_gone(job: Job) -> bool:
@@ -49,3 +50,22 @@ def count_if_delivered_too_late(
     if future.done() and not future.cancelled():
         error = future.exception()
         count_abandoned(stats, job, error if error is not None else future.result(), now_ns)
+
+
+def caller_left(
+    stats: ModelStats,
+    claims: threading.Lock,
+    job: Job,
+    future: asyncio.Future[ExecutionResult],
+    now_ns: int,
+) -> None:
+    """The caller of a job queued for the instance threads was cancelled: whether a thread
+    took the job is decided under ``claims`` (the threads take it under the same lock);
+    one not taken is skipped and counted CANCELED, one taken is counted where it ends."""
+    with claims:
+        queued = not job.started
+        job.started = True  # a thread that takes it now skips it
+    if queued:  # dropped unexecuted: a CANCELED failure
+        stats.record_cancelled(now_ns - job.enqueue_ns)
+    else:  # it ran or runs on: counted where it is delivered (or was, unread)
+        count_if_delivered_too_late(stats, job, future, now_ns)

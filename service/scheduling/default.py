@@ -16,7 +16,7 @@ from typing import Any
 from ..backends.base import ModelInstance, RequestInstance
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
+from .abandoned import caller_gone, caller_left, count_abandoned
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
 from .inflight import InFlight
@@ -56,13 +56,7 @@ class DefaultScheduler:
             try:
                 return await future
             except asyncio.CancelledError:
-                with self._claims:
-                    queued = not job.started
-                    job.started = True  # a thread that takes it now skips it
-                if queued:  # dropped unexecuted: a CANCELED failure
-                    self._stats.record_cancelled(self._clock() - job.enqueue_ns)
-                else:  # it ran or runs on: counted where it is delivered (or was, unread)
-                    count_if_delivered_too_late(self._stats, job, future, self._clock())
+                caller_left(self._stats, self._claims, job, future, self._clock())
                 raise
 
     def _execute(self, job: Job, instance: ModelInstance | RequestInstance) -> Outcome:

@@ -24,7 +24,7 @@ from inference import model_config_pb2 as mc
 
 from ..errors import ServerError, Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import count_abandoned, count_if_delivered_too_late
+from .abandoned import caller_left, count_abandoned
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
 from .inflight import InFlight
@@ -96,13 +96,7 @@ class DrainBatchScheduler:
             try:
                 return await future
             except asyncio.CancelledError:
-                with self._claims:
-                    queued = not job.started
-                    job.started = True  # the thread that drains it now skips it
-                if queued:  # dropped unexecuted: a CANCELED failure
-                    self._stats.record_cancelled(self._clock() - job.enqueue_ns)
-                else:
-                    count_if_delivered_too_late(self._stats, job, future, self._clock())
+                caller_left(self._stats, self._claims, job, future, self._clock())
                 raise
 
     def _drain(self, instance: Instance) -> Outcome | object:
