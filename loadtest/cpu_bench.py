@@ -17,6 +17,7 @@ Workloads (the issue's, on a 2-core machine):
 
     .venv/bin/python loadtest/cpu_bench.py --baseline-ref main  # ~5 min; results/cpu_bench.md
     .venv/bin/python loadtest/cpu_bench.py --quick --only add_sub --threads   # smoke run
+    .venv/bin/python loadtest/cpu_bench.py --floors --only add_sub  # + the floors under ours
 
 Without h2load the CPU rows fall back to the Python load generator and say so.
 """
@@ -207,13 +208,28 @@ def short_commit(ref: str = "HEAD") -> str:
     return done.stdout.strip() + ("-dirty" if dirty and dirty.returncode else "")
 
 
+# The bare servicer on uvloop plus the least of what this project's rules ask (the model
+# off the loop's thread) and of what a real backend costs (ONNX Runtime): floors under ours.
+FLOORS = (
+    ("bare+thread", ["--uvloop", "--model-thread"]),
+    ("bare+ort", ["--uvloop", "--onnxruntime"]),
+    ("bare+thread+ort", ["--uvloop", "--model-thread", "--onnxruntime"]),
+)
+
+
 def start_servers(
-    stack: ExitStack, repo: Path, baseline_refs: list[str], frontends: int = 0
+    stack: ExitStack,
+    repo: Path,
+    baseline_refs: list[str],
+    frontends: int = 0,
+    floors: bool = False,
 ) -> list[Server]:
     """bare (asyncio: the yardstick), ours (``--frontends``: all its processes counted),
-    bare on uvloop (the loop ours runs on), and our server as of each of ``baseline_refs``."""
+    bare on uvloop (the loop ours runs on), the floors when asked, and our server as of
+    each of ``baseline_refs``."""
     servers = []
-    for label, extra in (("bare", []), ("bare+uvloop", ["--uvloop"])):
+    bares = (("bare", []), ("bare+uvloop", ["--uvloop"]), *(FLOORS if floors else ()))
+    for label, extra in bares:
         bare = LoggedProcess([SERVICE_PYTHON, str(BARE), "--grpc-port", "0", *extra])
         bare.name = f"{label} servicer"
         servers.append(Server(label, bare))
@@ -256,10 +272,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--frontends", type=int, default=0, help="our server's --frontends (0: one process)"
     )
+    p.add_argument(
+        "--floors",
+        action="store_true",
+        help="also the bare servicer with its model in a thread and/or on ONNX Runtime",
+    )
     p.add_argument("--only", nargs="*", default=[], help="workload keys to run (default: all)")
     p.add_argument("--threads", action="store_true", help="report CPU per thread too")
     p.add_argument("--quick", action="store_true", help="short run, prints only")
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "loadtest" / "results" / "cpu_bench.md")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="report file (default results/cpu_bench.md, written only for a full run)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.rounds, args.latency_seconds = 3.0, 1, 3.0
@@ -285,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         for work in WORKLOADS:
             bodies[work.key] = tmp / f"{work.key}.body"
             bodies[work.key].write_bytes(grpc_body(work.request().SerializeToString()))
-        servers = start_servers(stack, repo, args.baseline_ref, args.frontends)
+        servers = start_servers(stack, repo, args.baseline_ref, args.frontends, args.floors)
         for index in range(args.rounds):
             order = servers if index % 2 == 0 else servers[::-1]
             for work in workloads:
@@ -306,11 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {index + 1} {server.label:>12} p50 {server.p50_ms[-1]:.3f} ms",
                     file=sys.stderr,
                 )
-    text = render(servers, WORKLOADS, args, client, command, short_commit())
+    text = render(servers, workloads, args, client, command, short_commit())
     print(text)
-    if not args.quick and not args.only:
-        args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+    out = args.out
+    if out is None and not args.quick and not args.only:
+        out = REPO_ROOT / "loadtest" / "results" / "cpu_bench.md"
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
