@@ -36,7 +36,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from integration_support import infer_input, wait_for_log
 from onnx import TensorProto, helper, numpy_helper
-from server_process import DEFAULT_REPOSITORY, REPO_ROOT, SERVICE_PYTHON, ServerProcess
+from server_process import (
+    DEFAULT_REPOSITORY,
+    FRONTENDS,
+    REPO_ROOT,
+    SERVICE_PYTHON,
+    ServerProcess,
+)
 from tritonclient.utils import InferenceServerException
 
 WIDTH, LAYERS, ROWS = 1024, 8, 1024  # ~0.2-1 s per request on 2 CPU cores
@@ -265,6 +271,8 @@ def test_signal_handlers_installed_when_serving(default_server: ServerProcess) -
                 str(port),
                 "--metrics-port",
                 "0",
+                "--frontends",  # the shared server's layout: the same lines before "Started"
+                FRONTENDS,
             ],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
@@ -282,11 +290,16 @@ def test_signal_handlers_installed_when_serving(default_server: ServerProcess) -
     finally:
         os.close(write_fd)
     output = b""
+    listened = False
     try:
         deadline = time.monotonic() + 30
-        while not _listening(port):
+        while not (listened := _listening(port)):
             assert proc.poll() is None, f"server exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "server never listened"
+            if time.monotonic() > deadline:
+                # Blocked before listening: lines the shared server did not log filled the
+                # pipe early; the check below tells that apart from a server that never
+                # opens its port.
+                break
             time.sleep(0.005)
         time.sleep(0.2)  # past the frontend's start-up awaits: blocked in the log write now
         os.kill(proc.pid, signal.SIGTERM)
@@ -306,6 +319,10 @@ def test_signal_handlers_installed_when_serving(default_server: ServerProcess) -
     if "Started GRPCInferenceService" in text:
         head = head[: head.rindex("\n") + 1]
     if len(head.encode()) != preamble:
-        pytest.skip(f"the server logged other lines before 'Started' than expected:\n{text}")
+        pytest.skip(
+            f"the server logged other lines before 'Started' than expected "
+            f"({len(head.encode())} bytes, {preamble} expected):\n{text}"
+        )
+    assert listened, f"server never listened on port {port}:\n{text}"
     assert code == 0, f"exit code {code} on SIGTERM while serving on port {port}:\n{text}"
     assert "server stopped" in text
