@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +33,7 @@ from typing import Any
 import bare_servicer
 import uvloop
 from cpu_bench import WORKLOADS
+from loadresult import publish_report
 
 from inference import grpc_service_pb2 as pb
 
@@ -120,8 +122,8 @@ async def measure(repo: Path, number: int, requests: int, rounds: int) -> list[t
         ]
         for name, call in handoffs:
             samples = [await concurrent(call, requests) for _ in range(rounds)]
-            cpu = sorted(s[0] for s in samples)[rounds // 2]
-            wall = sorted(s[1] for s in samples)[rounds // 2]
+            cpu = statistics.median(s[0] for s in samples)
+            wall = statistics.median(s[1] for s in samples)
             out.append((f"{name}, c={CONCURRENCY}", f"{cpu:.1f} (wall {wall:.1f})"))
         return out
     finally:
@@ -150,12 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         "|---|--:|",
         *(f"| {name} | {value} |" for name, value in rows),
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        out = REPO_ROOT / "loadtest" / "results" / "parts_bench.md"
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)
+    results = REPO_ROOT / "loadtest" / "results" / "parts_bench.md"
+    publish_report("\n".join(lines) + "\n", None if args.quick else results)
     return 0
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 from loadgen import CHANNEL_OPTIONS, run_load
-from loadresult import LoadSpec
+from loadresult import LoadSpec, publish_report
 from metrics import process_cpu_seconds
 
 from inference import grpc_service_pb2 as pb
@@ -167,12 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         f"grpc.aio's share of a served ModelInfer: {1 - ours / grpc_infer:.0%} "
         f"(ServerLive alone: {live / grpc_infer:.0%}).",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        out = REPO_ROOT / "loadtest" / "results" / "path_bench.md"
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)
+    results = REPO_ROOT / "loadtest" / "results" / "path_bench.md"
+    publish_report("\n".join(lines) + "\n", None if args.quick else results)
     return 0
 
 
