@@ -48,10 +48,10 @@ from h2grpc import (
     have_h2load,
     model_successes,
     thread_cpu_seconds,
-    tree_cpu_seconds,
 )
 from loadgen import run_load
 from loadresult import LoadSpec
+from metrics import tree_cpu_seconds
 
 from inference import grpc_service_pb2 as pb
 
@@ -164,11 +164,11 @@ def measure(server: Server, work: Workload, body: Path | None, seconds: float) -
 
     run(min(2.0, seconds / 2))  # warm-up: connections, caches, the model's first runs
     pid = server.process.pid
-    count0, cpu0 = model_successes(server.url, work.model), tree_cpu_seconds(pid)
+    count0, cpu0 = model_successes(server.url, work.model), tree_cpu_seconds(pid) or 0.0
     threads0, start = thread_cpu_seconds(pid), time.perf_counter()
     answered = run(seconds)
     elapsed = time.perf_counter() - start
-    cpu1, threads1 = tree_cpu_seconds(pid), thread_cpu_seconds(pid)
+    cpu1, threads1 = tree_cpu_seconds(pid) or 0.0, thread_cpu_seconds(pid)
     counted = model_successes(server.url, work.model) - count0
     if not counted:
         return Sample(float("nan"), 0.0, answered, 0)

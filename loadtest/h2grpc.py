@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import grpc
+from metrics import stat_fields
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
@@ -24,10 +25,10 @@ __all__ = [
     "INSTALL_HINT",
     "grpc_body",
     "h2load",
+    "h2load_output",
     "have_h2load",
     "model_successes",
     "thread_cpu_seconds",
-    "tree_cpu_seconds",
 ]
 
 INSTALL_HINT = "h2load not found (Debian: apt-get install nghttp2-client)"
@@ -46,8 +47,16 @@ def grpc_body(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def h2load(url: str, body: Path, connections: int, streams: int, seconds: float) -> int:
-    """POST ``body`` to ModelInfer for ``seconds``; returns the HTTP 2xx answers."""
+def h2load_output(
+    url: str,
+    body: Path,
+    connections: int,
+    streams: int,
+    seconds: float,
+    threads: int = 1,
+    warmup: float = 0.0,
+) -> str:
+    """POST ``body`` to ModelInfer for ``seconds`` (after ``warmup``); h2load's report."""
     command = [
         "h2load",
         f"http://{url}{MODEL_INFER_PATH}",
@@ -61,13 +70,25 @@ def h2load(url: str, body: Path, connections: int, streams: int, seconds: float)
         str(connections),
         "-m",
         str(streams),
+        "-t",
+        str(max(1, min(threads, connections))),  # h2load wants a connection per thread
         "-D",
         f"{max(1, round(seconds * 1000))}ms",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
-    found = _STATUS_2XX.search(done.stdout) or _SUCCEEDED.search(done.stdout)
-    if done.returncode != 0 or found is None:
+    if warmup > 0:
+        command += ["--warm-up-time", f"{round(warmup * 1000)}ms"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + warmup + 60)
+    if done.returncode != 0:
         raise RuntimeError(f"h2load failed ({done.returncode}): {done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def h2load(url: str, body: Path, connections: int, streams: int, seconds: float) -> int:
+    """POST ``body`` to ModelInfer for ``seconds``; returns the HTTP 2xx answers."""
+    out = h2load_output(url, body, connections, streams, seconds)
+    found = _STATUS_2XX.search(out) or _SUCCEEDED.search(out)
+    if found is None:
+        raise RuntimeError(f"h2load reported no answers: {out}")
     return int(found.group(1))
 
 
@@ -79,38 +100,12 @@ def model_successes(url: str, model: str) -> int:
     return sum(s.inference_stats.success.count for s in reply.model_stats)
 
 
-def _stat_fields(path: str) -> list[str] | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()  # comm may hold spaces: skip past it
-
-
-def tree_cpu_seconds(root_pid: int) -> float:
-    """User + system CPU of ``root_pid`` and every live descendant (all threads), /proc."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(f"/proc/{entry}/stat")) is not None:
-            parents[int(entry)] = int(fields[1])
-            times[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(times.get(pid, 0.0) for pid in tree)
-
-
 def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
     """(user, system) CPU seconds of the threads of ``pid`` by thread name, summed over
     threads of one name; the process's first thread (the event loop's) is ``main``."""
     out: dict[str, tuple[float, float]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        fields = stat_fields(f"/proc/{pid}/task/{tid}/stat")
         try:
             name = Path(f"/proc/{pid}/task/{tid}/comm").read_text(encoding="utf-8").strip()
         except OSError:

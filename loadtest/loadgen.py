@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 from loadresult import ClientReport, LoadResult, LoadSpec, Observed, Timeline, merge_reports
-from metrics import machine_busy_seconds, process_cpu_seconds
+from metrics import machine_busy_seconds, tree_cpu_seconds
 from payloads import batch_of, infer_request, specs_from_metadata, synthesize
 
 from inference import grpc_service_pb2 as pb
@@ -116,7 +116,7 @@ async def _observe(
     for instant in (timeline.window_start, timeline.window_end):
         await _sleep_until(instant)
         machine.append(machine_busy_seconds())
-        server.append(process_cpu_seconds(spec.server_pid) if spec.server_pid else None)
+        server.append(tree_cpu_seconds(spec.server_pid) if spec.server_pid else None)
         if note:
             continue
         try:

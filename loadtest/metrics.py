@@ -7,7 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["machine_busy_seconds", "process_cpu_seconds", "summarize_latencies"]
+__all__ = [
+    "machine_busy_seconds",
+    "process_cpu_seconds",
+    "stat_fields",
+    "summarize_latencies",
+    "tree_cpu_seconds",
+]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -27,20 +33,48 @@ def summarize_latencies(latencies_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
+def stat_fields(path: str) -> list[str] | None:
+    """The fields of a /proc ``stat`` file after the command name; None when unreadable."""
+    try:
+        with open(path, encoding="ascii") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()  # comm may hold spaces: skip past it
+
+
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a process (all its threads), from /proc; None elsewhere.
 
     Comparing client and server CPU use tells whether a measurement is client-bound.
     """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            stat = f.read()
-    except OSError:
+    fields = stat_fields(f"/proc/{pid}/stat")
+    if fields is None:
         return None
-    # Field 2 (comm) may hold spaces; the fields after its closing ')' are positional.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / _CLOCK_TICKS
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def tree_cpu_seconds(root_pid: int) -> float | None:
+    """CPU seconds of ``root_pid`` and every live descendant; None when it is gone.
+
+    A server split into frontend and engine processes spends most of its CPU in children,
+    so its own process's figure alone would read near zero.
+    """
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")) is not None:
+            parents[int(entry)] = int(fields[1])
+            times[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    if root_pid not in times:
+        return None
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(times[pid] for pid in tree)
 
 
 def machine_busy_seconds() -> float | None:

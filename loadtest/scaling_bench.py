@@ -31,7 +31,8 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from metrics import machine_busy_seconds, process_cpu_seconds
+from h2grpc import grpc_body, h2load_output
+from metrics import machine_busy_seconds, tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_SUB = ROOT / "service" / "default_repository" / "add_sub"
@@ -73,29 +74,7 @@ def request_body(model: str, width: int = 16) -> bytes:
             name=name, datatype="FP32", shape=[width] if model == "identity" else [1, width]
         )
         request.raw_input_contents.append(data)
-    message = request.SerializeToString()
-    return b"\0" + len(message).to_bytes(4, "big") + message
-
-
-def tree_cpu(root_pid: int) -> float:
-    """CPU seconds of ``root_pid`` and every live descendant."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    tree = {root_pid}
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return sum(process_cpu_seconds(pid) or 0.0 for pid in tree)
+    return grpc_body(request.SerializeToString())
 
 
 class Server:
@@ -128,24 +107,23 @@ class Server:
         return code
 
 
-def h2load(port: int, body: Path, conns: int, streams: int, seconds: float) -> str:
-    args = ["h2load", f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"]
-    args += ["-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers"]
-    args += ["-c", str(conns), "-m", str(streams), "-t", "1"]
-    args += ["-D", str(round(seconds)), "--warm-up-time", "1"]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
-
-
 def load_row(
-    server: Server, model: str, body: Path, conns: int, streams: int, seconds: float
+    server: Server,
+    model: str,
+    body: Path,
+    conns: int,
+    streams: int,
+    seconds: float,
+    threads: int = 1,
 ) -> dict[str, float]:
     before_ok = server.successes(model)
     busy0 = machine_busy_seconds() or 0.0
-    cpu0 = tree_cpu(server.proc.pid)
+    cpu0 = tree_cpu_seconds(server.proc.pid) or 0.0
     start = time.monotonic()
-    out = h2load(server.port, body, conns, streams, seconds)
+    url = f"127.0.0.1:{server.port}"
+    out = h2load_output(url, body, conns, streams, seconds, threads, warmup=1.0)
     elapsed = time.monotonic() - start
-    cpu = tree_cpu(server.proc.pid) - cpu0
+    cpu = (tree_cpu_seconds(server.proc.pid) or 0.0) - cpu0
     busy = (machine_busy_seconds() or 0.0) - busy0
     ok = server.successes(model) - before_ok
     match = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
@@ -175,12 +153,40 @@ def p50_c1(server: Server, model: str, count: int) -> float:
     return 1000 * float(np.percentile(times, 50))
 
 
+def scaling_lines(
+    rows: dict[tuple[int, str], list[dict[str, float]]], modes: list[int]
+) -> list[str]:
+    """Throughput of each mode over the first mode's, per scenario (the issue's 8 vs 1 ratio)."""
+    if len(modes) < 2:
+        return []
+    base_mode = modes[0]
+    out = ["", f"Throughput over `--frontends {base_mode}`, same run:", ""]
+    out += ["| scenario | " + " | ".join(f"--frontends {m}" for m in modes[1:]) + " |"]
+    out += ["|---|" + "---:|" * len(modes[1:])]
+    for label, *_ in SCENARIOS:
+        base = rows.get((base_mode, label))
+        if not base:
+            continue
+        base_rps = float(np.median([r["rps"] for r in base]))
+        cells = []
+        for mode in modes[1:]:
+            other = rows.get((mode, label))
+            rps = float(np.median([r["rps"] for r in other])) if other else float("nan")
+            cells.append(f"{rps / base_rps:.2f} x")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=8)
+    # One h2load thread saturates near the 2-core box's server; on many cores the client
+    # needs threads of its own, and more connections than frontends so that SO_REUSEPORT's
+    # hash reaches every frontend.
+    parser.add_argument("--client-threads", type=int, default=1)
     parser.add_argument("--latency-requests", type=int, default=2000)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -188,7 +194,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         write_repository(repo)
-        bodies = {}
+        bodies: dict[str, Path] = {}
         for label, model, _, width in SCENARIOS:
             bodies[label] = Path(tmp) / f"{len(bodies)}.bin"
             bodies[label].write_bytes(request_body(model, width))
@@ -200,7 +206,15 @@ def main() -> int:
                     for label, model, conc, _ in SCENARIOS:
                         streams = max(1, conc // args.connections)
                         conns = min(conc, args.connections)
-                        row = load_row(server, model, bodies[label], conns, streams, args.duration)
+                        row = load_row(
+                            server,
+                            model,
+                            bodies[label],
+                            conns,
+                            streams,
+                            args.duration,
+                            args.client_threads,
+                        )
                         rows.setdefault((mode, label), []).append(row)
                     p50 = p50_c1(server, "add_sub", args.latency_requests)
                     rows.setdefault((mode, "add_sub c=1"), []).append({"p50_ms": p50})
@@ -208,7 +222,8 @@ def main() -> int:
                     code = server.stop()
                     assert code == 0, f"server --frontends {mode} exited with {code}"
     lines = [
-        f"scaling_bench: {os.cpu_count()} cores, h2load {args.connections} connections, "
+        f"scaling_bench: {os.cpu_count()} cores, h2load {args.connections} connections "
+        f"on {args.client_threads} thread(s), "
         f"{args.duration:.0f} s windows, {args.rounds} rounds (median of rounds)",
         "",
         "| --frontends | scenario | req/s | server CPU ms/req | server cores | others' cores "
@@ -224,6 +239,7 @@ def main() -> int:
                 f"| {mode} | {scenario} | {med['rps']:,.0f} | {med['cpu_ms_per_req']:.3f} | "
                 f"{med['server_cores']:.2f} | {med['others_cores']:.2f} | |"
             )
+    lines += scaling_lines(rows, args.modes)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
