@@ -47,11 +47,10 @@ from h2grpc import (
     h2load,
     have_h2load,
     model_successes,
-    thread_cpu_seconds,
 )
 from loadgen import run_load
 from loadresult import LoadSpec
-from metrics import tree_cpu_seconds
+from metrics import thread_cpu_seconds, tree_cpu_seconds
 
 from inference import grpc_service_pb2 as pb
 

@@ -1,4 +1,4 @@
-"""Driving gRPC unary calls with h2load, and reading what a server spent on them.
+"""Driving gRPC unary calls with h2load, and counting what a server answered.
 
 h2load (Debian's ``nghttp2-client``) is a C HTTP/2 load generator: it POSTs one prebuilt
 body over ``-c`` connections with ``-m`` streams each, so the client costs the shared
@@ -9,14 +9,12 @@ the trailers), so successes are counted by the server's own statistics instead.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import grpc
-from metrics import stat_fields
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
@@ -28,12 +26,10 @@ __all__ = [
     "h2load_output",
     "have_h2load",
     "model_successes",
-    "thread_cpu_seconds",
 ]
 
 INSTALL_HINT = "h2load not found (Debian: apt-get install nghttp2-client)"
 MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _SUCCEEDED = re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded")
 _STATUS_2XX = re.compile(r"status codes: (\d+) 2xx")
 
@@ -98,23 +94,3 @@ def model_successes(url: str, model: str) -> int:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         reply = stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
     return sum(s.inference_stats.success.count for s in reply.model_stats)
-
-
-def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
-    """(user, system) CPU seconds of the threads of ``pid`` by thread name, summed over
-    threads of one name; the process's first thread (the event loop's) is ``main``."""
-    out: dict[str, tuple[float, float]] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        fields = stat_fields(f"/proc/{pid}/task/{tid}/stat")
-        try:
-            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text(encoding="utf-8").strip()
-        except OSError:
-            continue
-        if fields is not None:
-            name = "main" if tid == str(pid) else name
-            user, system = out.get(name, (0.0, 0.0))
-            out[name] = (
-                user + int(fields[11]) / _CLOCK_TICKS,
-                system + int(fields[12]) / _CLOCK_TICKS,
-            )
-    return out

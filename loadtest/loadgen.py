@@ -98,18 +98,24 @@ async def _drive(
     return report
 
 
-async def _read_counts(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> tuple[int, int]:
-    """(inference_count, execution_count) summed over versions; raises AioRpcError."""
+async def _read_counts(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> tuple[int, int, int]:
+    """(inference_count, execution_count, compute_infer ns over all executions) summed
+    over versions; raises AioRpcError."""
     reply = await stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
     stats = list(reply.model_stats)
-    return sum(s.inference_count for s in stats), sum(s.execution_count for s in stats)
+    compute = sum(b.compute_infer.ns for s in stats for b in s.batch_stats)
+    return (
+        sum(s.inference_count for s in stats),
+        sum(s.execution_count for s in stats),
+        compute,
+    )
 
 
 async def _observe(
     stub: pb_grpc.GRPCInferenceServiceStub, spec: LoadSpec, timeline: Timeline
 ) -> Observed:
     """What the server and the machine did over the window (stats and CPU use)."""
-    counts: list[tuple[int, int]] = []
+    counts: list[tuple[int, int, int]] = []
     server: list[float | None] = []
     machine: list[float | None] = []
     note = ""
@@ -131,14 +137,17 @@ async def _observe(
         a, b = pair
         return None if a is None or b is None else (b - a) / span
 
-    mean_batch = None
+    mean_batch = mean_exec_ms = None
     if not note:
-        inferences, executions = (b - a for a, b in zip(counts[0], counts[1], strict=True))
+        inferences, executions, compute_ns = (
+            b - a for a, b in zip(counts[0], counts[1], strict=True)
+        )
         if executions > 0:
             mean_batch, note = inferences / executions, "ModelStatistics delta"
+            mean_exec_ms = compute_ns / executions / 1e6
         else:
             note = "n/a (no executions counted in the window)"
-    return Observed(mean_batch, note, rate(server), rate(machine))
+    return Observed(mean_batch, note, rate(server), rate(machine), mean_exec_ms)
 
 
 def _child(

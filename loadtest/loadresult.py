@@ -57,6 +57,9 @@ class Observed:
     stats_note: str
     server_cpu_cores: float | None
     machine_cpu_cores: float | None  # all processes on the machine
+    # The model's own time per execution in the server (compute_infer over executions):
+    # against the in-process ceiling it tells a slow execution from a slow path around it.
+    mean_exec_ms: float | None = None
 
 
 @dataclass
@@ -91,6 +94,7 @@ class LoadResult:
     machine_cpu_cores: float | None
     sent: int
     capped: bool
+    mean_exec_ms: float | None = None
 
     @property
     def req_per_s(self) -> float:
@@ -118,7 +122,8 @@ class LoadResult:
         return (
             f"{self.spec.model} c={self.spec.concurrency}: {self.req_per_s:.1f} req/s, "
             f"{self.infer_per_s:.1f} infer/s, p50/p90/p99 {lat['p50']:.2f}/{lat['p90']:.2f}/"
-            f"{lat['p99']:.2f} ms, errors {self.errors}, mean exec batch {batch}, "
+            f"{lat['p99']:.2f} ms, errors {self.errors}, mean exec batch {batch} "
+            f"({_fmt(self.mean_exec_ms)} ms each), "
             f"cpu client/server/others {self.client_cpu_cores:.2f}/{server}/"
             f"{_fmt(self.other_cpu_cores)} cores"
             + (" [CAPPED by --max-requests]" if self.capped else "")
@@ -153,6 +158,7 @@ def merge_reports(
         first_error=next((r.first_error for r in reports if r.first_error), ""),
         latency_ms=summarize_latencies(latencies),
         mean_exec_batch=observed.mean_exec_batch,
+        mean_exec_ms=observed.mean_exec_ms,
         stats_note=observed.stats_note,
         client_cpu_cores=sum(r.cpu_s for r in reports) / planned,
         server_cpu_cores=observed.server_cpu_cores,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -12,6 +13,7 @@ __all__ = [
     "process_cpu_seconds",
     "stat_fields",
     "summarize_latencies",
+    "thread_cpu_seconds",
     "tree_cpu_seconds",
 ]
 
@@ -91,3 +93,23 @@ def machine_busy_seconds() -> float | None:
     # user nice system idle iowait irq softirq steal (guest time is already in user/nice)
     ticks = [int(v) for v in fields[1:9]]
     return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of the threads of ``pid`` by thread name, summed over
+    threads of one name; the process's first thread (the event loop's) is ``main``."""
+    out: dict[str, tuple[float, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        fields = stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if fields is not None:
+            name = "main" if tid == str(pid) else name
+            user, system = out.get(name, (0.0, 0.0))
+            out[name] = (
+                user + int(fields[11]) / _CLOCK_TICKS,
+                system + int(fields[12]) / _CLOCK_TICKS,
+            )
+    return out

@@ -172,8 +172,9 @@ def cpu_budget(
 def _load_table(rows: Sequence[Row]) -> list[str]:
     lines = [
         "| model | c | req/s | infer/s | p50 ms | p90 ms | p99 ms | errors | mean exec batch "
-        "| client CPU cores | server CPU cores | others' CPU cores | server CPU ms/req | counted |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| exec ms | client CPU cores | server CPU cores | others' CPU cores | server CPU ms/req "
+        "| counted |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         lat = r["latency_ms"]
@@ -184,7 +185,8 @@ def _load_table(rows: Sequence[Row]) -> list[str]:
             f"| {r['spec']['model']} | {r['spec']['concurrency']} | {r['req_per_s']:.1f} "
             f"| {r['infer_per_s']:.1f} | {_fmt(lat['p50'])} | {_fmt(lat['p90'])} "
             f"| {_fmt(lat['p99'])} | {r['errors']} | {_fmt(r['mean_exec_batch'])} "
-            f"| {_fmt(r['client_cpu_cores'])} | {_fmt(server)} | {_fmt(r['other_cpu_cores'])} "
+            f"| {_fmt(r.get('mean_exec_ms'), 3)} | {_fmt(r['client_cpu_cores'])} "
+            f"| {_fmt(server)} | {_fmt(r['other_cpu_cores'])} "
             f"| {_fmt(per_req, 3)} "
             f"| {r['requests']}{cap} |"
         )
@@ -236,13 +238,18 @@ def markdown(
         "infer/s = req/s x the batch each request carries (1 here).",
         "- p50/p90/p99: client-side latency of those requests (send to response), in ms.",
         "- mean exec batch: delta inference_count / delta execution_count from ModelStatistics "
-        "over the window; n/a when the server does not implement the statistics extension.",
+        "over the window; n/a when the server does not implement the statistics extension. "
+        "exec ms: the model's compute time per execution in the server (batch_stats "
+        "compute_infer over executions), to hold against the ceiling's ms/run at that batch.",
         "- client/server CPU: cores busy in the client processes / the server process during "
         "the window (/proc). A client near 1.0 per process means the client may be the limit. "
         "others' CPU: cores busy outside the client and the server (other processes, kernel; "
         "/proc/stat): the noise. "
         "server CPU ms/req = server CPU cores / req/s: the server's CPU cost of one request.",
-        "- ceiling: back-to-back `session.run` in one process, same thread settings as the server.",
+        "- ceiling: back-to-back `session.run` in one process on an otherwise idle machine, "
+        "with the intra-op threads the server gives a one-instance model (all cores) and "
+        "onnxruntime's defaults otherwise (its workers spin between runs; the server's do "
+        "not unless the config sets allow_spinning).",
         *(f"- {n}" for n in notes),
     ]
     return "\n".join(out) + "\n"

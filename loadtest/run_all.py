@@ -46,13 +46,19 @@ WIDTH, LAYERS, MAX_BATCH = 1024, 3, 64
 MLP_MODELS = ("mlp_nobatch", "mlp_batch")
 
 
-def build_repository(root: Path, delay_us: int) -> Path:
-    """Write mlp_nobatch, mlp_batch and add_sub under ``root``; return the MLP's ONNX file."""
+def build_repository(root: Path, delay_us: int, parameters: dict[str, str] | None = None) -> Path:
+    """Write mlp_nobatch, mlp_batch and add_sub under ``root``; return the MLP's ONNX file.
+
+    ``parameters`` go into both MLP configs (e.g. the backend's thread settings)."""
     model = mlp_model(width=WIDTH, layers=LAYERS, seed=0)
     io = ([("INPUT0", "FP32", [WIDTH])], [("OUTPUT0", "FP32", [WIDTH])])
     batching = f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"
+    params = "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+        for k, v in (parameters or {}).items()
+    )
     for name, extra in zip(MLP_MODELS, ("", batching), strict=True):
-        config = make_config(name, *io, max_batch_size=MAX_BATCH, extra=extra)
+        config = make_config(name, *io, max_batch_size=MAX_BATCH, extra=params + extra)
         write_model(root, name, model, config)
     shutil.copytree(DEFAULT_REPOSITORY / "add_sub", root / "add_sub", dirs_exist_ok=True)
     return root / "mlp_batch" / "1" / "model.onnx"
@@ -136,6 +142,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "4096 is compute-bound",
     )
     p.add_argument("--layers", type=int, default=LAYERS, help="MLP layers (more: more compute)")
+    p.add_argument(
+        "--mlp-parameter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config parameter for both MLP models (repeatable), e.g. allow_spinning=true",
+    )
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--duration", type=float, help="measured seconds per scenario")
     p.add_argument("--warmup", type=float, help="warm-up seconds per scenario")
@@ -146,6 +159,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--write-repo", type=Path, help="only write the model repository here and exit (for ghz)"
     )
     args = p.parse_args(argv)
+    args.parameters = {}
+    for item in args.mlp_parameter:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--mlp-parameter wants KEY=VALUE, got {item!r}")
+        args.parameters[key] = value
     quick = {"duration": 2.0, "warmup": 0.5, "max_requests": 20_000, "ceiling_s": 1.0}
     full = {"duration": 20.0, "warmup": 3.0, "max_requests": 200_000, "ceiling_s": 4.0}
     for key, value in (quick if args.quick else full).items():
@@ -167,14 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     WIDTH, LAYERS = args.width, args.layers
     if args.write_repo:
-        build_repository(args.write_repo, args.delay_us)
+        build_repository(args.write_repo, args.delay_us, args.parameters)
         print(f"wrote the model repository to {args.write_repo}", file=sys.stderr)
         return 0
     started = time.monotonic()
     machine = machine_info()
     concurrencies = sorted(args.concurrency)
     with tempfile.TemporaryDirectory(prefix="loadtest-repo-") as tmp:
-        onnx_file = build_repository(Path(tmp), args.delay_us)
+        onnx_file = build_repository(Path(tmp), args.delay_us, args.parameters)
         server = ServerProcess([Path(tmp)]).start(timeout=120)
         print(f"server pid {server.pid} at {server.url}", file=sys.stderr)
         try:
@@ -204,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         "dynamic_batching max_queue_delay_microseconds": args.delay_us,
         "max_batch_size": MAX_BATCH,
         "MLP": f"{LAYERS} x {WIDTH} FP32",
+        "MLP config parameters": ", ".join(f"{k}={v}" for k, v in args.parameters.items())
+        or "none",
         "warm-up s / measured s per scenario": f"{args.warmup} / {args.duration}",
         "client processes per scenario": args.processes,
         "max requests per scenario": args.max_requests,

@@ -32,11 +32,12 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h2grpc import grpc_body, h2load_output
-from metrics import machine_busy_seconds, tree_cpu_seconds
+from metrics import machine_busy_seconds, thread_cpu_seconds, tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_SUB = ROOT / "service" / "default_repository" / "add_sub"
 _STARTED = re.compile(r"Started GRPCInferenceService at [^\s:]+:(\d+)")
+_ENGINE = re.compile(r"engine started \(pid (\d+)\)")
 MODELS = {"add_sub": "", "add_sub_batch": "dynamic_batching { max_queue_delay_microseconds: 500 }"}
 IDENTITY = """backend: "identity"
 max_batch_size: 0
@@ -84,7 +85,12 @@ class Server:
         args += ["--frontends", str(frontends)]
         self.proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
+        #: the engine process under --frontends N (N > 0): the one place every request
+        #: passes, so its loop thread is the first suspect when frontends are left idle
+        self.engine_pid: int | None = None
         for line in self.proc.stderr:
+            if engine := _ENGINE.search(line):
+                self.engine_pid = int(engine.group(1))
             match = _STARTED.search(line)
             if match:
                 self.port = int(match.group(1))
@@ -107,6 +113,14 @@ class Server:
         return code
 
 
+def engine_cpu(pid: int | None) -> tuple[float, float]:
+    """(all threads, loop thread) CPU seconds of the engine; NaN in one process."""
+    if pid is None:
+        return float("nan"), float("nan")
+    threads = thread_cpu_seconds(pid)
+    return sum(u + s for u, s in threads.values()), sum(threads.get("main", (0.0, 0.0)))
+
+
 def load_row(
     server: Server,
     model: str,
@@ -119,11 +133,13 @@ def load_row(
     before_ok = server.successes(model)
     busy0 = machine_busy_seconds() or 0.0
     cpu0 = tree_cpu_seconds(server.proc.pid) or 0.0
+    engine0 = engine_cpu(server.engine_pid)
     start = time.monotonic()
     url = f"127.0.0.1:{server.port}"
     out = h2load_output(url, body, conns, streams, seconds, threads, warmup=1.0)
     elapsed = time.monotonic() - start
     cpu = (tree_cpu_seconds(server.proc.pid) or 0.0) - cpu0
+    engine1 = engine_cpu(server.engine_pid)
     busy = (machine_busy_seconds() or 0.0) - busy0
     ok = server.successes(model) - before_ok
     match = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
@@ -133,6 +149,8 @@ def load_row(
         "rps": rps,
         "cpu_ms_per_req": 1000 * cpu / max(ok, 1),
         "server_cores": cpu / elapsed,
+        "engine_cores": (engine1[0] - engine0[0]) / elapsed,
+        "engine_loop_cores": (engine1[1] - engine0[1]) / elapsed,
         "others_cores": (busy - cpu) / elapsed,
     }
 
@@ -151,6 +169,10 @@ def p50_c1(server: Server, model: str, count: int) -> float:
         server.stub.ModelInfer(request)
         times.append(time.perf_counter() - t0)
     return 1000 * float(np.percentile(times, 50))
+
+
+def _cores(value: float) -> str:
+    return "n/a" if np.isnan(value) else f"{value:.2f}"
 
 
 def scaling_lines(
@@ -226,18 +248,19 @@ def main() -> int:
         f"on {args.client_threads} thread(s), "
         f"{args.duration:.0f} s windows, {args.rounds} rounds (median of rounds)",
         "",
-        "| --frontends | scenario | req/s | server CPU ms/req | server cores | others' cores "
-        "| p50 c=1 ms |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| --frontends | scenario | req/s | server CPU ms/req | server cores | engine cores "
+        "| engine loop thread cores | others' cores | p50 c=1 ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (mode, scenario), items in sorted(rows.items()):
         med = {k: float(np.median([r[k] for r in items])) for k in items[0]}
         if "p50_ms" in med:
-            lines.append(f"| {mode} | {scenario} | | | | | {med['p50_ms']:.3f} |")
+            lines.append(f"| {mode} | {scenario} | | | | | | | {med['p50_ms']:.3f} |")
         else:
             lines.append(
                 f"| {mode} | {scenario} | {med['rps']:,.0f} | {med['cpu_ms_per_req']:.3f} | "
-                f"{med['server_cores']:.2f} | {med['others_cores']:.2f} | |"
+                f"{med['server_cores']:.2f} | {_cores(med['engine_cores'])} "
+                f"| {_cores(med['engine_loop_cores'])} | {med['others_cores']:.2f} | |"
             )
     lines += scaling_lines(rows, args.modes)
     text = "\n".join(lines) + "\n"

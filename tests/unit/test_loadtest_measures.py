@@ -1,0 +1,102 @@
+"""The benchmarks' own measures: a split server's CPU is found in its children, the
+engine's loop thread is told apart, and each mode's throughput is set against the first.
+
+A measure that read only the supervisor's own process would show a split server as
+nearly free (its frontends and engine are children), which is what loadgen reported
+before it summed the process tree.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
+import metrics
+import run_all
+import scaling_bench
+
+# A parent that idles while its child burns 0.4 s of CPU and then stays alive (only live
+# descendants are counted); the parent ends the child when its stdin closes.
+_PARENT = """
+import subprocess, sys
+burn = "import time\\nend = time.process_time() + 0.4\\n"
+burn += "while time.process_time() < end: pass\\ntime.sleep(60)\\n"
+child = subprocess.Popen([sys.executable, "-c", burn])
+sys.stdin.read()
+child.kill()
+child.wait()
+"""
+
+
+def test_tree_cpu_counts_a_busy_child() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        tree = 0.0
+        while time.monotonic() < deadline:
+            tree = metrics.tree_cpu_seconds(parent.pid) or 0.0
+            if tree >= 0.4:
+                break
+            time.sleep(0.05)
+        own = metrics.process_cpu_seconds(parent.pid) or 0.0
+        assert tree >= 0.4  # the child's burn is in the tree
+        assert own < 0.4  # and not in the parent's own figure
+    finally:
+        parent.communicate(b"", timeout=30)
+
+
+def test_tree_cpu_of_a_missing_process_is_none() -> None:
+    # Pid numbers wrap, but never past the kernel's largest possible pid.
+    assert metrics.tree_cpu_seconds(4_194_304 + 1) is None
+    assert metrics.process_cpu_seconds(4_194_304 + 1) is None
+
+
+def test_thread_cpu_names_the_loop_thread_main() -> None:
+    threads = metrics.thread_cpu_seconds(os.getpid())
+    assert "main" in threads
+    user, system = threads["main"]
+    assert user >= 0 and system >= 0
+
+
+def test_engine_cpu_without_an_engine_is_nan() -> None:
+    total, loop = scaling_bench.engine_cpu(None)
+    assert total != total and loop != loop  # NaN: the one-process layout has no engine
+    total, loop = scaling_bench.engine_cpu(os.getpid())
+    assert total >= loop >= 0
+
+
+def test_scaling_lines_set_each_mode_against_the_first() -> None:
+    rows = {
+        (1, "add_sub c=64"): [{"rps": 1000.0}, {"rps": 3000.0}],  # median 2000
+        (8, "add_sub c=64"): [{"rps": 8000.0}],
+    }
+    lines = scaling_bench.scaling_lines(rows, [1, 8])
+    assert "| add_sub c=64 | 4.00 x |" in lines
+    assert not any(line.startswith("| add_sub c=8 ") for line in lines)  # not run: left out
+    assert scaling_bench.scaling_lines(rows, [8]) == []
+
+
+def test_mlp_parameters_reach_both_configs(tmp_path: Path) -> None:
+    args = run_all.parse_args(["--quick", "--mlp-parameter", "intra_op_thread_count=8"])
+    assert args.parameters == {"intra_op_thread_count": "8"}
+    run_all.WIDTH = 8  # a tiny MLP: only the config text matters here
+    try:
+        run_all.build_repository(tmp_path, 500, args.parameters)
+    finally:
+        run_all.WIDTH = 1024
+    for name in run_all.MLP_MODELS:
+        text = (tmp_path / name / "config.pbtxt").read_text()
+        assert 'key: "intra_op_thread_count"' in text
+        assert 'string_value: "8"' in text
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=8"])
+def test_mlp_parameter_without_key_and_value_is_refused(bad: str) -> None:
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--mlp-parameter", bad])
