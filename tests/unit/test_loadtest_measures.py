@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
+import cpu_report
 import metrics
 import run_all
 import scaling_bench
@@ -100,3 +101,35 @@ def test_mlp_parameters_reach_both_configs(tmp_path: Path) -> None:
 def test_mlp_parameter_without_key_and_value_is_refused(bad: str) -> None:
     with pytest.raises(SystemExit):
         run_all.parse_args(["--mlp-parameter", bad])
+
+
+class _Sample:
+    def __init__(self, cpu_us: float) -> None:
+        self.cpu_us, self.req_s = cpu_us, 1000.0
+
+
+class _Server:
+    def __init__(self, label: str, cpu: dict[str, float], p50: list[float]) -> None:
+        self.label, self.p50_ms = label, p50
+        self.samples = {key: [_Sample(value)] for key, value in cpu.items()}
+
+
+def test_cpu_targets_keep_only_what_the_run_measured() -> None:
+    servers = [
+        _Server("bare", {"add_sub": 200.0}, []),
+        _Server("ours", {"add_sub": 230.0}, []),
+        _Server("c7e75ef", {"add_sub": 240.0}, []),
+    ]
+    lines = cpu_report._targets(servers, {"add_sub"})
+    assert lines[2:] == ["| add_sub c=8: ours / bare | 1.15 | ≤ 1.15 | yes |"]
+    servers[1].samples["add_sub_batch"] = [_Sample(220.0)]
+    servers[1].p50_ms, servers[2].p50_ms = [0.6], [0.55]
+    lines = cpu_report._targets(servers, {"add_sub", "add_sub_batch"})
+    assert "| add_sub: batching c=32 vs unbatched c=8 (ours, µs/req) | 220 vs 230 |" in "\n".join(
+        lines
+    )
+    assert (
+        "| add_sub p50 at c=1: ours vs c7e75ef (ms) | 0.600 vs 0.550 | ≤ c7e75ef + 0.1 ms | yes |"
+        in lines
+    )
+    assert not any("identity" in line or "nan" in line for line in lines)
