@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,7 +213,16 @@ def test_request_whose_deadline_passes_while_queued_is_never_executed(repo: Path
             tensor.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
             with pytest.raises(InferenceServerException, match="Deadline"):
                 client.infer("mlp_held", [tensor], client_timeout=0.3)
+        # The server drops it when it learns the caller left (counted as a CANCELED
+        # failure, as Triton counts it). Under --frontends N that news crosses the
+        # engine channel after the deadline, so the others are sent once it has landed:
+        # otherwise they could join the queue first and the hook release all four.
+        deadline = time.monotonic() + 10
+        while _stats(server.url, "mlp_held").inference_stats.fail.count < 1:
+            assert time.monotonic() < deadline, "the expired request was never dropped"
+            time.sleep(0.01)
         asyncio.run(_fire(server.url, "mlp_held", 3))
         stats = _stats(server.url, "mlp_held")
+        assert stats.inference_stats.fail.count == 1
         assert (stats.inference_count, stats.execution_count) == (3, 1)
         assert [b.batch_size for b in stats.batch_stats] == [3]
