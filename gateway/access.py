@@ -11,8 +11,12 @@ import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from inference import api_group_pb2 as ag
+from inference.api_group_pb2 import ApiGroup
+
 from .config import API_GROUPS, RestrictedApi
 from .errors import GatewayError
+from .routes import SERVICE, V1_SERVICE
 
 __all__ = ["GROUP_METHODS", "GRPC_KEY_PREFIX", "TRACE_HEADERS", "Access"]
 
@@ -22,36 +26,17 @@ GRPC_KEY_PREFIX = "triton-grpc-protocol-"
 #: W3C trace context headers, forwarded to the service as gRPC metadata.
 TRACE_HEADERS = ("traceparent", "tracestate")
 
-#: Which RPCs (and so which routes) each group covers: the same table as the service's
-#: ``service/handlers/access.py`` (a unit test keeps them equal; the gateway does not
-#: import the service). The legacy v1 RPCs join the groups of the same meaning; v1 Status
-#: is in every group whose answers it carries (metadata, model-config, statistics).
+#: Which RPCs (and so which routes) each group covers, read from the
+#: ``(inference.api_group)`` option of every RPC of both services, as the service reads
+#: it (the gateway does not import the service; a unit test compares the two tables).
 GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    "health": ("ServerLive", "ServerReady", "ModelReady", "Health"),
-    "metadata": ("ServerMetadata", "ModelMetadata", "Status"),
-    "inference": ("ModelInfer", "ModelStreamInfer", "Infer", "StreamInfer"),
-    "shared-memory": (
-        "SystemSharedMemoryStatus",
-        "SystemSharedMemoryRegister",
-        "SystemSharedMemoryUnregister",
-        "CudaSharedMemoryStatus",
-        "CudaSharedMemoryRegister",
-        "CudaSharedMemoryUnregister",
-        "SharedMemoryControl",
-    ),
-    "model-config": ("ModelConfig", "Status"),
-    "model-repository": (
-        "RepositoryIndex",
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
-        "ModelControl",
-        "Repository",
-    ),
-    "statistics": ("ModelStatistics", "Status"),
-    "trace": ("TraceSetting",),
-    "logging": ("LogSettings",),
+    group: tuple(
+        method.name
+        for method in (*SERVICE.methods, *V1_SERVICE.methods)
+        if value in method.GetOptions().Extensions[ag.api_group]  # type: ignore[index]
+    )
+    for value, group in zip(ApiGroup.values()[1:], API_GROUPS, strict=True)
 }
-assert set(GROUP_METHODS) == set(API_GROUPS)
 
 
 @dataclass(frozen=True, slots=True)

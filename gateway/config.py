@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inference.api_group_pb2 import ApiGroup
+
 from .header_forward import compile_forward_pattern
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "HttpsConfig",
     "RestrictedApi",
     "TraceConfig",
+    "api_group_name",
     "parse_args",
     "parse_trace_config",
 ]
@@ -27,18 +30,16 @@ __all__ = [
 #: exhausting memory while leaving room for large binary tensors.
 DEFAULT_MAX_BODY_BYTES = 1 << 30
 
-#: Triton's API groups for --http-restricted-api (the service's PROTOCOL_GROUPS).
-API_GROUPS = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
+
+def api_group_name(value: int) -> str:
+    """The command-line name of an ``inference.ApiGroup`` value (api_group.proto's rule:
+    API_GROUP_SHARED_MEMORY is "shared-memory")."""
+    return ApiGroup.Name(value).removeprefix("API_GROUP_").lower().replace("_", "-")
+
+
+#: Triton's API groups for --http-restricted-api, in api_group.proto's order (the
+#: service reads the same enum for --grpc-restricted-protocol).
+API_GROUPS = tuple(api_group_name(value) for value in ApiGroup.values() if value)
 
 
 @dataclass(frozen=True, slots=True)

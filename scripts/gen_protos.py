@@ -23,6 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO_ROOT / "protos"
 PACKAGES = ("inference", "trtis")
 PROTO_FILES = (
+    "inference/api_group.proto",
     "inference/http_route.proto",
     "inference/model_config.proto",
     "inference/grpc_service.proto",

@@ -11,27 +11,32 @@ import os
 import sys
 from pathlib import Path
 
+from inference.api_group_pb2 import ApiGroup
+
 from . import SERVER_ID
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.settings import LOG_FORMATS
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "PROTOCOL_GROUPS", "build_parser", "default_frontends"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "PROTOCOL_GROUPS",
+    "api_group_name",
+    "build_parser",
+    "default_frontends",
+]
 
 # Triton's default: the largest message gRPC can carry (2 GiB - 1).
 DEFAULT_MAX_MESSAGE_BYTES = 2**31 - 1
 
-#: Triton's protocol groups for --grpc-restricted-protocol.
-PROTOCOL_GROUPS = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
+
+def api_group_name(value: int) -> str:
+    """The command-line name of an ``inference.ApiGroup`` value (api_group.proto's rule:
+    API_GROUP_SHARED_MEMORY is "shared-memory")."""
+    return ApiGroup.Name(value).removeprefix("API_GROUP_").lower().replace("_", "-")
+
+
+#: Triton's protocol groups for --grpc-restricted-protocol, in api_group.proto's order.
+PROTOCOL_GROUPS = tuple(api_group_name(value) for value in ApiGroup.values() if value)
 
 
 def default_frontends() -> int:

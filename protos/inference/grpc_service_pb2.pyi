@@ -1,3 +1,4 @@
+from inference import api_group_pb2 as _api_group_pb2
 from inference import http_route_pb2 as _http_route_pb2
 from inference import model_config_pb2 as _model_config_pb2
 from google.protobuf.internal import containers as _containers

@@ -22,13 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from inference import api_group_pb2 as inference_dot_api__group__pb2
 from inference import http_route_pb2 as inference_dot_http__route__pb2
 from trtis import api_pb2 as trtis_dot_api__pb2
 from trtis import request_status_pb2 as trtis_dot_request__status__pb2
 from trtis import server_status_pb2 as trtis_dot_server__status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trtis/grpc_service.proto\x12\x16nvidia.inferenceserver\x1a\x1ainference/http_route.proto\x1a\x0ftrtis/api.proto\x1a\x1atrtis/request_status.proto\x1a\x19trtis/server_status.proto\"#\n\rStatusRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x8c\x01\n\x0eStatusResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12;\n\rserver_status\x18\x02 \x01(\x0b\x32$.nvidia.inferenceserver.ServerStatus\"\x1d\n\rHealthRequest\x12\x0c\n\x04mode\x18\x01 \x01(\t\"_\n\x0eHealthResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12\x0e\n\x06health\x18\x02 \x01(\x08\"\x87\x01\n\x13ModelControlRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12>\n\x04type\x18\x02 \x01(\x0e\x32\x30.nvidia.inferenceserver.ModelControlRequest.Type\"\x1c\n\x04Type\x12\n\n\x06UNLOAD\x10\x00\x12\x08\n\x04LOAD\x10\x01\"U\n\x14ModelControlResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\"\x80\x07\n\x1aSharedMemoryControlRequest\x12O\n\x08register\x18\x01 \x01(\x0b\x32;.nvidia.inferenceserver.SharedMemoryControlRequest.RegisterH\x00\x12S\n\nunregister\x18\x02 \x01(\x0b\x32=.nvidia.inferenceserver.SharedMemoryControlRequest.UnregisterH\x00\x12Z\n\x0eunregister_all\x18\x03 \x01(\x0b\x32@.nvidia.inferenceserver.SharedMemoryControlRequest.UnregisterAllH\x00\x12K\n\x06status\x18\x04 \x01(\x0b\x32\x39.nvidia.inferenceserver.SharedMemoryControlRequest.StatusH\x00\x1a\xc2\x03\n\x08Register\x12\x0c\n\x04name\x18\x01 \x01(\t\x12x\n\x14system_shared_memory\x18\x02 \x01(\x0b\x32X.nvidia.inferenceserver.SharedMemoryControlRequest.Register.SystemSharedMemoryIdentifierH\x00\x12t\n\x12\x63uda_shared_memory\x18\x03 \x01(\x0b\x32V.nvidia.inferenceserver.SharedMemoryControlRequest.Register.CUDASharedMemoryIdentifierH\x00\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x1aI\n\x1cSystemSharedMemoryIdentifier\x12\x19\n\x11shared_memory_key\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x1a\x43\n\x1a\x43UDASharedMemoryIdentifier\x12\x12\n\nraw_handle\x18\x01 \x01(\x0c\x12\x11\n\tdevice_id\x18\x02 \x01(\x03\x42\x15\n\x13shared_memory_types\x1a\x1a\n\nUnregister\x12\x0c\n\x04name\x18\x01 \x01(\t\x1a\x0f\n\rUnregisterAll\x1a\x08\n\x06StatusB\x17\n\x15shared_memory_control\"\xa5\x02\n\x1bSharedMemoryControlResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12Z\n\x14shared_memory_status\x18\x02 \x01(\x0b\x32:.nvidia.inferenceserver.SharedMemoryControlResponse.StatusH\x00\x1aR\n\x06Status\x12H\n\x14shared_memory_region\x18\x01 \x03(\x0b\x32*.nvidia.inferenceserver.SharedMemoryRegionB\x17\n\x15shared_memory_control\"\x8b\x01\n\x0cInferRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\x03\x12=\n\tmeta_data\x18\x03 \x01(\x0b\x32*.nvidia.inferenceserver.InferRequestHeader\x12\x11\n\traw_input\x18\x04 \x03(\x0c\"\xa2\x01\n\rInferResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12>\n\tmeta_data\x18\x02 \x01(\x0b\x32+.nvidia.inferenceserver.InferResponseHeader\x12\x12\n\nraw_output\x18\x03 \x03(\x0c\"4\n\x11RepositoryRequest\x12\x0f\n\x05index\x18\x01 \x01(\x08H\x00\x42\x0e\n\x0crequest_type\"\xa3\x01\n\x12RepositoryResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12=\n\x05index\x18\x02 \x01(\x0b\x32,.nvidia.inferenceserver.ModelRepositoryIndexH\x00\x42\x0f\n\rresponse_type2\x9d\x08\n\x0bGRPCService\x12\x88\x01\n\x06Status\x12%.nvidia.inferenceserver.StatusRequest\x1a&.nvidia.inferenceserver.StatusResponse\"/\x8a\x99\x19+\n\x0b/api/status\"\x1a\n\x18/api/status/{model_name}(\x04\x12s\n\x06Health\x12%.nvidia.inferenceserver.HealthRequest\x1a&.nvidia.inferenceserver.HealthResponse\"\x1a\x8a\x99\x19\x16\n\x12/api/health/{mode}(\x04\x12\xb6\x01\n\x05Infer\x12$.nvidia.inferenceserver.InferRequest\x1a%.nvidia.inferenceserver.InferResponse\"`\x8a\x99\x19\\\x12\x17/api/infer/{model_name}\x1a\traw_input\"4\x12\'/api/infer/{model_name}/{model_version}\x1a\traw_input(\x04\x12`\n\x0bStreamInfer\x12$.nvidia.inferenceserver.InferRequest\x1a%.nvidia.inferenceserver.InferResponse\"\x00(\x01\x30\x01\x12\x98\x01\n\x0cModelControl\x12+.nvidia.inferenceserver.ModelControlRequest\x1a,.nvidia.inferenceserver.ModelControlResponse\"-\x8a\x99\x19)\x12%/api/modelcontrol/{type}/{model_name}(\x04\x12\xd2\x01\n\x13SharedMemoryControl\x12\x32.nvidia.inferenceserver.SharedMemoryControlRequest\x1a\x33.nvidia.inferenceserver.SharedMemoryControlResponse\"R\x8a\x99\x19N\n\x1f/api/sharedmemorycontrol/status\")\x12\'/api/sharedmemorycontrol/unregister/all(\x04\x12\x82\x01\n\nRepository\x12).nvidia.inferenceserver.RepositoryRequest\x1a*.nvidia.inferenceserver.RepositoryResponse\"\x1d\x8a\x99\x19\x19\n\x15/api/repository/index(\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trtis/grpc_service.proto\x12\x16nvidia.inferenceserver\x1a\x19inference/api_group.proto\x1a\x1ainference/http_route.proto\x1a\x0ftrtis/api.proto\x1a\x1atrtis/request_status.proto\x1a\x19trtis/server_status.proto\"#\n\rStatusRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\"\x8c\x01\n\x0eStatusResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12;\n\rserver_status\x18\x02 \x01(\x0b\x32$.nvidia.inferenceserver.ServerStatus\"\x1d\n\rHealthRequest\x12\x0c\n\x04mode\x18\x01 \x01(\t\"_\n\x0eHealthResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12\x0e\n\x06health\x18\x02 \x01(\x08\"\x87\x01\n\x13ModelControlRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12>\n\x04type\x18\x02 \x01(\x0e\x32\x30.nvidia.inferenceserver.ModelControlRequest.Type\"\x1c\n\x04Type\x12\n\n\x06UNLOAD\x10\x00\x12\x08\n\x04LOAD\x10\x01\"U\n\x14ModelControlResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\"\x80\x07\n\x1aSharedMemoryControlRequest\x12O\n\x08register\x18\x01 \x01(\x0b\x32;.nvidia.inferenceserver.SharedMemoryControlRequest.RegisterH\x00\x12S\n\nunregister\x18\x02 \x01(\x0b\x32=.nvidia.inferenceserver.SharedMemoryControlRequest.UnregisterH\x00\x12Z\n\x0eunregister_all\x18\x03 \x01(\x0b\x32@.nvidia.inferenceserver.SharedMemoryControlRequest.UnregisterAllH\x00\x12K\n\x06status\x18\x04 \x01(\x0b\x32\x39.nvidia.inferenceserver.SharedMemoryControlRequest.StatusH\x00\x1a\xc2\x03\n\x08Register\x12\x0c\n\x04name\x18\x01 \x01(\t\x12x\n\x14system_shared_memory\x18\x02 \x01(\x0b\x32X.nvidia.inferenceserver.SharedMemoryControlRequest.Register.SystemSharedMemoryIdentifierH\x00\x12t\n\x12\x63uda_shared_memory\x18\x03 \x01(\x0b\x32V.nvidia.inferenceserver.SharedMemoryControlRequest.Register.CUDASharedMemoryIdentifierH\x00\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\x1aI\n\x1cSystemSharedMemoryIdentifier\x12\x19\n\x11shared_memory_key\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x1a\x43\n\x1a\x43UDASharedMemoryIdentifier\x12\x12\n\nraw_handle\x18\x01 \x01(\x0c\x12\x11\n\tdevice_id\x18\x02 \x01(\x03\x42\x15\n\x13shared_memory_types\x1a\x1a\n\nUnregister\x12\x0c\n\x04name\x18\x01 \x01(\t\x1a\x0f\n\rUnregisterAll\x1a\x08\n\x06StatusB\x17\n\x15shared_memory_control\"\xa5\x02\n\x1bSharedMemoryControlResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12Z\n\x14shared_memory_status\x18\x02 \x01(\x0b\x32:.nvidia.inferenceserver.SharedMemoryControlResponse.StatusH\x00\x1aR\n\x06Status\x12H\n\x14shared_memory_region\x18\x01 \x03(\x0b\x32*.nvidia.inferenceserver.SharedMemoryRegionB\x17\n\x15shared_memory_control\"\x8b\x01\n\x0cInferRequest\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\x03\x12=\n\tmeta_data\x18\x03 \x01(\x0b\x32*.nvidia.inferenceserver.InferRequestHeader\x12\x11\n\traw_input\x18\x04 \x03(\x0c\"\xa2\x01\n\rInferResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12>\n\tmeta_data\x18\x02 \x01(\x0b\x32+.nvidia.inferenceserver.InferResponseHeader\x12\x12\n\nraw_output\x18\x03 \x03(\x0c\"4\n\x11RepositoryRequest\x12\x0f\n\x05index\x18\x01 \x01(\x08H\x00\x42\x0e\n\x0crequest_type\"\xa3\x01\n\x12RepositoryResponse\x12=\n\x0erequest_status\x18\x01 \x01(\x0b\x32%.nvidia.inferenceserver.RequestStatus\x12=\n\x05index\x18\x02 \x01(\x0b\x32,.nvidia.inferenceserver.ModelRepositoryIndexH\x00\x42\x0f\n\rresponse_type2\xc2\x08\n\x0bGRPCService\x12\x8f\x01\n\x06Status\x12%.nvidia.inferenceserver.StatusRequest\x1a&.nvidia.inferenceserver.StatusResponse\"6\x8a\x99\x19+\n\x0b/api/status\"\x1a\n\x18/api/status/{model_name}(\x04\x92\x99\x19\x03\x02\x05\x07\x12x\n\x06Health\x12%.nvidia.inferenceserver.HealthRequest\x1a&.nvidia.inferenceserver.HealthResponse\"\x1f\x8a\x99\x19\x16\n\x12/api/health/{mode}(\x04\x92\x99\x19\x01\x01\x12\xbb\x01\n\x05Infer\x12$.nvidia.inferenceserver.InferRequest\x1a%.nvidia.inferenceserver.InferResponse\"e\x8a\x99\x19\\\x12\x17/api/infer/{model_name}\x1a\traw_input\"4\x12\'/api/infer/{model_name}/{model_version}\x1a\traw_input(\x04\x92\x99\x19\x01\x03\x12\x65\n\x0bStreamInfer\x12$.nvidia.inferenceserver.InferRequest\x1a%.nvidia.inferenceserver.InferResponse\"\x05\x92\x99\x19\x01\x03(\x01\x30\x01\x12\x9d\x01\n\x0cModelControl\x12+.nvidia.inferenceserver.ModelControlRequest\x1a,.nvidia.inferenceserver.ModelControlResponse\"2\x8a\x99\x19)\x12%/api/modelcontrol/{type}/{model_name}(\x04\x92\x99\x19\x01\x06\x12\xd7\x01\n\x13SharedMemoryControl\x12\x32.nvidia.inferenceserver.SharedMemoryControlRequest\x1a\x33.nvidia.inferenceserver.SharedMemoryControlResponse\"W\x8a\x99\x19N\n\x1f/api/sharedmemorycontrol/status\")\x12\'/api/sharedmemorycontrol/unregister/all(\x04\x92\x99\x19\x01\x04\x12\x87\x01\n\nRepository\x12).nvidia.inferenceserver.RepositoryRequest\x1a*.nvidia.inferenceserver.RepositoryResponse\"\"\x8a\x99\x19\x19\n\x15/api/repository/index(\x04\x92\x99\x19\x01\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,57 +37,59 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trtis.grpc_service_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GRPCSERVICE'].methods_by_name['Status']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['Status']._serialized_options = b'\212\231\031+\n\013/api/status\"\032\n\030/api/status/{model_name}(\004'
+  _globals['_GRPCSERVICE'].methods_by_name['Status']._serialized_options = b'\212\231\031+\n\013/api/status\"\032\n\030/api/status/{model_name}(\004\222\231\031\003\002\005\007'
   _globals['_GRPCSERVICE'].methods_by_name['Health']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['Health']._serialized_options = b'\212\231\031\026\n\022/api/health/{mode}(\004'
+  _globals['_GRPCSERVICE'].methods_by_name['Health']._serialized_options = b'\212\231\031\026\n\022/api/health/{mode}(\004\222\231\031\001\001'
   _globals['_GRPCSERVICE'].methods_by_name['Infer']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['Infer']._serialized_options = b'\212\231\031\\\022\027/api/infer/{model_name}\032\traw_input\"4\022\'/api/infer/{model_name}/{model_version}\032\traw_input(\004'
+  _globals['_GRPCSERVICE'].methods_by_name['Infer']._serialized_options = b'\212\231\031\\\022\027/api/infer/{model_name}\032\traw_input\"4\022\'/api/infer/{model_name}/{model_version}\032\traw_input(\004\222\231\031\001\003'
+  _globals['_GRPCSERVICE'].methods_by_name['StreamInfer']._loaded_options = None
+  _globals['_GRPCSERVICE'].methods_by_name['StreamInfer']._serialized_options = b'\222\231\031\001\003'
   _globals['_GRPCSERVICE'].methods_by_name['ModelControl']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['ModelControl']._serialized_options = b'\212\231\031)\022%/api/modelcontrol/{type}/{model_name}(\004'
+  _globals['_GRPCSERVICE'].methods_by_name['ModelControl']._serialized_options = b'\212\231\031)\022%/api/modelcontrol/{type}/{model_name}(\004\222\231\031\001\006'
   _globals['_GRPCSERVICE'].methods_by_name['SharedMemoryControl']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['SharedMemoryControl']._serialized_options = b'\212\231\031N\n\037/api/sharedmemorycontrol/status\")\022\'/api/sharedmemorycontrol/unregister/all(\004'
+  _globals['_GRPCSERVICE'].methods_by_name['SharedMemoryControl']._serialized_options = b'\212\231\031N\n\037/api/sharedmemorycontrol/status\")\022\'/api/sharedmemorycontrol/unregister/all(\004\222\231\031\001\004'
   _globals['_GRPCSERVICE'].methods_by_name['Repository']._loaded_options = None
-  _globals['_GRPCSERVICE'].methods_by_name['Repository']._serialized_options = b'\212\231\031\031\n\025/api/repository/index(\004'
-  _globals['_STATUSREQUEST']._serialized_start=152
-  _globals['_STATUSREQUEST']._serialized_end=187
-  _globals['_STATUSRESPONSE']._serialized_start=190
-  _globals['_STATUSRESPONSE']._serialized_end=330
-  _globals['_HEALTHREQUEST']._serialized_start=332
-  _globals['_HEALTHREQUEST']._serialized_end=361
-  _globals['_HEALTHRESPONSE']._serialized_start=363
-  _globals['_HEALTHRESPONSE']._serialized_end=458
-  _globals['_MODELCONTROLREQUEST']._serialized_start=461
-  _globals['_MODELCONTROLREQUEST']._serialized_end=596
-  _globals['_MODELCONTROLREQUEST_TYPE']._serialized_start=568
-  _globals['_MODELCONTROLREQUEST_TYPE']._serialized_end=596
-  _globals['_MODELCONTROLRESPONSE']._serialized_start=598
-  _globals['_MODELCONTROLRESPONSE']._serialized_end=683
-  _globals['_SHAREDMEMORYCONTROLREQUEST']._serialized_start=686
-  _globals['_SHAREDMEMORYCONTROLREQUEST']._serialized_end=1582
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER']._serialized_start=1052
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER']._serialized_end=1502
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_SYSTEMSHAREDMEMORYIDENTIFIER']._serialized_start=1337
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_SYSTEMSHAREDMEMORYIDENTIFIER']._serialized_end=1410
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_CUDASHAREDMEMORYIDENTIFIER']._serialized_start=1412
-  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_CUDASHAREDMEMORYIDENTIFIER']._serialized_end=1479
-  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTER']._serialized_start=1504
-  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTER']._serialized_end=1530
-  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTERALL']._serialized_start=1532
-  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTERALL']._serialized_end=1547
-  _globals['_SHAREDMEMORYCONTROLREQUEST_STATUS']._serialized_start=1549
-  _globals['_SHAREDMEMORYCONTROLREQUEST_STATUS']._serialized_end=1557
-  _globals['_SHAREDMEMORYCONTROLRESPONSE']._serialized_start=1585
-  _globals['_SHAREDMEMORYCONTROLRESPONSE']._serialized_end=1878
-  _globals['_SHAREDMEMORYCONTROLRESPONSE_STATUS']._serialized_start=1771
-  _globals['_SHAREDMEMORYCONTROLRESPONSE_STATUS']._serialized_end=1853
-  _globals['_INFERREQUEST']._serialized_start=1881
-  _globals['_INFERREQUEST']._serialized_end=2020
-  _globals['_INFERRESPONSE']._serialized_start=2023
-  _globals['_INFERRESPONSE']._serialized_end=2185
-  _globals['_REPOSITORYREQUEST']._serialized_start=2187
-  _globals['_REPOSITORYREQUEST']._serialized_end=2239
-  _globals['_REPOSITORYRESPONSE']._serialized_start=2242
-  _globals['_REPOSITORYRESPONSE']._serialized_end=2405
-  _globals['_GRPCSERVICE']._serialized_start=2408
-  _globals['_GRPCSERVICE']._serialized_end=3461
+  _globals['_GRPCSERVICE'].methods_by_name['Repository']._serialized_options = b'\212\231\031\031\n\025/api/repository/index(\004\222\231\031\001\006'
+  _globals['_STATUSREQUEST']._serialized_start=179
+  _globals['_STATUSREQUEST']._serialized_end=214
+  _globals['_STATUSRESPONSE']._serialized_start=217
+  _globals['_STATUSRESPONSE']._serialized_end=357
+  _globals['_HEALTHREQUEST']._serialized_start=359
+  _globals['_HEALTHREQUEST']._serialized_end=388
+  _globals['_HEALTHRESPONSE']._serialized_start=390
+  _globals['_HEALTHRESPONSE']._serialized_end=485
+  _globals['_MODELCONTROLREQUEST']._serialized_start=488
+  _globals['_MODELCONTROLREQUEST']._serialized_end=623
+  _globals['_MODELCONTROLREQUEST_TYPE']._serialized_start=595
+  _globals['_MODELCONTROLREQUEST_TYPE']._serialized_end=623
+  _globals['_MODELCONTROLRESPONSE']._serialized_start=625
+  _globals['_MODELCONTROLRESPONSE']._serialized_end=710
+  _globals['_SHAREDMEMORYCONTROLREQUEST']._serialized_start=713
+  _globals['_SHAREDMEMORYCONTROLREQUEST']._serialized_end=1609
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER']._serialized_start=1079
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER']._serialized_end=1529
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_SYSTEMSHAREDMEMORYIDENTIFIER']._serialized_start=1364
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_SYSTEMSHAREDMEMORYIDENTIFIER']._serialized_end=1437
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_CUDASHAREDMEMORYIDENTIFIER']._serialized_start=1439
+  _globals['_SHAREDMEMORYCONTROLREQUEST_REGISTER_CUDASHAREDMEMORYIDENTIFIER']._serialized_end=1506
+  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTER']._serialized_start=1531
+  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTER']._serialized_end=1557
+  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTERALL']._serialized_start=1559
+  _globals['_SHAREDMEMORYCONTROLREQUEST_UNREGISTERALL']._serialized_end=1574
+  _globals['_SHAREDMEMORYCONTROLREQUEST_STATUS']._serialized_start=1576
+  _globals['_SHAREDMEMORYCONTROLREQUEST_STATUS']._serialized_end=1584
+  _globals['_SHAREDMEMORYCONTROLRESPONSE']._serialized_start=1612
+  _globals['_SHAREDMEMORYCONTROLRESPONSE']._serialized_end=1905
+  _globals['_SHAREDMEMORYCONTROLRESPONSE_STATUS']._serialized_start=1798
+  _globals['_SHAREDMEMORYCONTROLRESPONSE_STATUS']._serialized_end=1880
+  _globals['_INFERREQUEST']._serialized_start=1908
+  _globals['_INFERREQUEST']._serialized_end=2047
+  _globals['_INFERRESPONSE']._serialized_start=2050
+  _globals['_INFERRESPONSE']._serialized_end=2212
+  _globals['_REPOSITORYREQUEST']._serialized_start=2214
+  _globals['_REPOSITORYREQUEST']._serialized_end=2266
+  _globals['_REPOSITORYRESPONSE']._serialized_start=2269
+  _globals['_REPOSITORYRESPONSE']._serialized_end=2432
+  _globals['_GRPCSERVICE']._serialized_start=2435
+  _globals['_GRPCSERVICE']._serialized_end=3525
 # @@protoc_insertion_point(module_scope)

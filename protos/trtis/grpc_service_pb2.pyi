@@ -1,3 +1,4 @@
+from inference import api_group_pb2 as _api_group_pb2
 from inference import http_route_pb2 as _http_route_pb2
 from trtis import api_pb2 as _api_pb2
 from trtis import request_status_pb2 as _request_status_pb2

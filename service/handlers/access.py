@@ -17,7 +17,12 @@ from typing import Any
 
 import grpc
 
+from inference import api_group_pb2 as ag
+from inference import grpc_service_pb2 as pb
+from trtis import grpc_service_pb2 as v1
+
 from ..config import PROTOCOL_GROUPS, RestrictedProtocol
+from ..flags import api_group_name
 
 __all__ = ["GROUP_METHODS", "HEADER_PREFIX", "restrict"]
 
@@ -25,37 +30,25 @@ log = logging.getLogger(__name__)
 
 HEADER_PREFIX = "triton-grpc-protocol-"
 
-#: Which RPCs each group covers (Triton's grouping). "health" also covers the standard
-#: grpc.health.v1 service, as in Triton (see restrict()). The legacy v1 RPCs (Health,
-#: Status, Infer, ...; Triton 2.x has no v1 API) join the group of the same meaning; v1
-#: Status answers metadata, configs and statistics at once, so each of those groups
-#: guards it (a caller needs the key of every one of them that is restricted).
-GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    "health": ("ServerLive", "ServerReady", "ModelReady", "Health"),
-    "metadata": ("ServerMetadata", "ModelMetadata", "Status"),
-    "inference": ("ModelInfer", "ModelStreamInfer", "Infer", "StreamInfer"),
-    "shared-memory": (
-        "SystemSharedMemoryStatus",
-        "SystemSharedMemoryRegister",
-        "SystemSharedMemoryUnregister",
-        "CudaSharedMemoryStatus",
-        "CudaSharedMemoryRegister",
-        "CudaSharedMemoryUnregister",
-        "SharedMemoryControl",
-    ),
-    "model-config": ("ModelConfig", "Status"),
-    "model-repository": (
-        "RepositoryIndex",
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
-        "ModelControl",
-        "Repository",
-    ),
-    "statistics": ("ModelStatistics", "Status"),
-    "trace": ("TraceSetting",),
-    "logging": ("LogSettings",),
-}
-assert set(GROUP_METHODS) == set(PROTOCOL_GROUPS)
+
+def _group_methods() -> dict[str, tuple[str, ...]]:
+    """Which RPCs each group covers (Triton's grouping), from the ``(inference.api_group)``
+    option on every RPC of the v2 and the legacy v1 service. "health" also covers the
+    standard grpc.health.v1 service, as in Triton (see restrict())."""
+    table: dict[str, list[str]] = {group: [] for group in PROTOCOL_GROUPS}
+    services = (
+        pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+        v1.DESCRIPTOR.services_by_name["GRPCService"],
+    )
+    for service in services:
+        for method in service.methods:
+            groups: list[int] = method.GetOptions().Extensions[ag.api_group]  # type: ignore[index]
+            for value in groups:
+                table[api_group_name(value)].append(method.name)
+    return {group: tuple(rpcs) for group, rpcs in table.items()}
+
+
+GROUP_METHODS = _group_methods()
 
 Method = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 #: Builds the in-band answer of a refused call: (rpc, message) -> response message.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.access import GROUP_METHODS, Access
-from gateway.config import API_GROUPS, RestrictedApi, parse_args, restricted_apis
+from gateway.config import API_GROUPS, RestrictedApi, api_group_name, parse_args, restricted_apis
 from gateway.errors import GatewayError
 from gateway.handlers import Handlers
 from gateway.messages import HttpRequest
@@ -21,6 +21,17 @@ from service.handlers.access import GROUP_METHODS as SERVICE_GROUP_METHODS
 def test_groups_match_the_service() -> None:
     assert API_GROUPS == PROTOCOL_GROUPS
     assert GROUP_METHODS == SERVICE_GROUP_METHODS
+
+
+def test_group_names_come_from_the_proto_enum() -> None:
+    """The flags' group names are the ApiGroup values' names, in the enum's order."""
+    from inference.api_group_pb2 import ApiGroup
+    from service.flags import api_group_name as service_name
+
+    assert api_group_name(ApiGroup.API_GROUP_SHARED_MEMORY) == "shared-memory"
+    values = [v for v in ApiGroup.values() if v]
+    assert [service_name(v) for v in values] == list(PROTOCOL_GROUPS)
+    assert [api_group_name(v) for v in values] == list(API_GROUPS)
 
 
 def test_every_route_belongs_to_a_group() -> None:
