@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import ModelInstance, RequestInstance
-from ..errors import ServerError, Unavailable
+from ..errors import Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import caller_gone, caller_left, count_abandoned
+from .abandoned import caller_left
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
+from .delivery import outcome_of, settle
 from .inflight import InFlight
 from .instances import InstancePool
 
@@ -69,31 +70,14 @@ class DefaultScheduler:
 
     def _deliver(self, job: Job) -> Callable[[Any, BaseException | None], None]:
         def deliver(outcome: Outcome, error: BaseException | None) -> None:
-            future = job.future
-            assert future is not None
             if error is not None:
-                if not future.done():
-                    future.set_exception(error)
-                elif caller_gone(job):
-                    count_abandoned(self._stats, job, error, self._clock())
+                settle(self._stats, job, error, self._clock)
                 return
             if outcome is None:  # skipped: its leaving caller counted it
                 return
             outputs, timings = outcome
             self._stats.record_execution(job.size, timings)
-            out = outputs[0]
-            result: ExecutionResult | ServerError = (
-                out
-                if isinstance(out, ServerError)
-                else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
-            )
-            if not future.done():
-                if isinstance(result, ServerError):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-            elif caller_gone(job):  # it ran after its caller left: counted here
-                count_abandoned(self._stats, job, result, self._clock())
+            settle(self._stats, job, outcome_of(job, outputs[0], timings), self._clock)
 
         return deliver
 

@@ -22,11 +22,12 @@ from collections.abc import Callable
 
 from inference import model_config_pb2 as mc
 
-from ..errors import ServerError, Unavailable
+from ..errors import Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import caller_left, count_abandoned
+from .abandoned import caller_left
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
+from .delivery import batch_failure, outcome_of, settle
 from .inflight import InFlight
 from .instances import SKIP, Instance, InstancePool
 
@@ -131,30 +132,14 @@ class DrainBatchScheduler:
         assert outcome is not None, error  # _drain itself does not raise
         jobs, done, failed = outcome
         if done is None:
-            failure = failed if isinstance(failed, ServerError) else Unavailable(str(failed))
+            failure = batch_failure(failed)
             for job in jobs:
-                self._settle(job, failure)
+                settle(self._stats, job, failure, self._clock)
             return
         outputs, timings = done
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         for job, out in zip(jobs, outputs, strict=True):
-            self._settle(
-                job,
-                out
-                if isinstance(out, ServerError)
-                else ExecutionResult(out, timings.start - job.enqueue_ns, timings),
-            )
-
-    def _settle(self, job: Job, outcome: ExecutionResult | ServerError) -> None:
-        future = job.future
-        assert future is not None
-        if not future.done():
-            if isinstance(outcome, ServerError):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-        elif future.cancelled():  # ran after its caller left: counted here
-            count_abandoned(self._stats, job, outcome, self._clock())
+            settle(self._stats, job, outcome_of(job, out, timings), self._clock)
 
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from inference import model_config_pb2 as mc
 
 from ..backends.base import RequestInstance
-from ..errors import ServerError, Unavailable
+from ..errors import Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
+from .abandoned import count_if_delivered_too_late
 from .base import ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
+from .delivery import batch_failure, outcome_of, settle
 from .hooks import DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -119,7 +120,7 @@ class DynamicBatchScheduler:
     def _reject(self, jobs: list[Job]) -> None:
         """Timed-out requests fail at once, outside any preserve_ordering (as in Triton)."""
         for job in jobs:
-            self._fail(job, Unavailable("Request timeout expired", failure="REJECTED"))
+            self._settle(job, Unavailable("Request timeout expired", failure="REJECTED"))
 
     def _dispatch(self, worker: InstanceWorker, jobs: list[Job]) -> None:
         """Straight to the instance's thread: no task in between (see instances.py)."""
@@ -142,49 +143,21 @@ class DynamicBatchScheduler:
     ) -> None:
         self._executing -= 1
         if outcome is None:
-            failure = error if isinstance(error, ServerError) else Unavailable(str(error))
+            failure = batch_failure(error)
             for job in jobs:
-                self._complete(job, functools.partial(self._fail, job, failure))
+                self._complete(job, functools.partial(self._settle, job, failure))
             return
         outputs, timings = outcome
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         if not self._preserve_ordering:  # the common case: deliver now, no partials
             for job, out in zip(jobs, outputs, strict=True):
-                future = job.future
-                if future is None:
-                    continue
-                if future.done():
-                    if future.cancelled():  # ran after its caller left: counted here
-                        done: ExecutionResult | ServerError = (
-                            out
-                            if isinstance(out, ServerError)
-                            else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
-                        )
-                        count_abandoned(self._stats, job, done, self._clock())
-                    continue
-                if isinstance(out, ServerError):
-                    future.set_exception(out)
-                else:
-                    future.set_result(ExecutionResult(out, timings.start - job.enqueue_ns, timings))
+                settle(self._stats, job, outcome_of(job, out, timings), self._clock)
             return
         for job, out in zip(jobs, outputs, strict=True):
-            if isinstance(out, ServerError):
-                self._complete(job, functools.partial(self._fail, job, out))
-                continue
-            result = ExecutionResult(out, timings.start - job.enqueue_ns, timings)
-            self._complete(job, functools.partial(self._succeed, job, result))
+            self._complete(job, functools.partial(self._settle, job, outcome_of(job, out, timings)))
 
-    def _succeed(self, job: Job, result: ExecutionResult) -> None:
-        if job.future is not None and not job.future.done():
-            job.future.set_result(result)
-        elif caller_gone(job):
-            count_abandoned(self._stats, job, result, self._clock())
-
-    def _fail(self, job: Job, error: BaseException) -> None:
-        if job.future is not None and not job.future.done():
-            job.future.set_exception(error)
-        elif caller_gone(job):
-            count_abandoned(self._stats, job, error, self._clock())
+    def _settle(self, job: Job, outcome: ExecutionResult | BaseException) -> None:
+        settle(self._stats, job, outcome, self._clock)
 
     def _complete(self, job: Job, deliver: Callable[[], None]) -> None:
         """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""

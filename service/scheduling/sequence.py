@@ -23,11 +23,12 @@ import numpy as np
 from inference import model_config_pb2 as mc
 
 from ..backends.base import ModelInstance, RequestInstance
-from ..errors import InvalidArgument, ServerError, Unavailable
+from ..errors import InvalidArgument, Unavailable
 from ..statistics import BatchTimings, ModelStats
-from .abandoned import caller_gone, count_abandoned, count_if_delivered_too_late
+from .abandoned import count_if_delivered_too_late
 from .base import Array, ExecutionResult, Job
 from .batch import takes_requests, union_outputs
+from .delivery import batch_failure, outcome_of, settle
 from .hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from .instances import InstancePool, InstanceWorker
 from .policy import BatchPolicy
@@ -334,24 +335,9 @@ class SequenceBatchScheduler:
                 sequence.states = new_states[index]
                 out = outputs[index]
                 assert out is not None
-                outcome: ExecutionResult | ServerError = (
-                    out
-                    if isinstance(out, ServerError)
-                    else ExecutionResult(out, timings.start - job.enqueue_ns, timings)
-                )
-                if job.future is not None and not job.future.done():
-                    if isinstance(outcome, ServerError):
-                        job.future.set_exception(outcome)
-                    else:
-                        job.future.set_result(outcome)
-                elif caller_gone(job):
-                    count_abandoned(self._stats, job, outcome, self._clock())
+                settle(self._stats, job, outcome_of(job, out, timings), self._clock)
             else:
-                failure = error if isinstance(error, ServerError) else Unavailable(str(error))
-                if job.future is not None and not job.future.done():
-                    job.future.set_exception(failure)
-                elif caller_gone(job):
-                    count_abandoned(self._stats, job, failure, self._clock())
+                settle(self._stats, job, batch_failure(error), self._clock)
             if sequence.finished:
                 self._table.release(sequence)
         self._driver.wake()
