@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from inference import api_group_pb2 as ag
 from inference.api_group_pb2 import ApiGroup
 
-from .config import API_GROUPS, RestrictedApi
+from .config import RestrictedApi, api_group_name
 from .errors import GatewayError
 from .routes import SERVICE, V1_SERVICE
 
@@ -30,12 +30,13 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 #: ``(inference.api_group)`` option of every RPC of both services, as the service reads
 #: it (the gateway does not import the service; a unit test compares the two tables).
 GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    group: tuple(
+    api_group_name(value): tuple(
         method.name
         for method in (*SERVICE.methods, *V1_SERVICE.methods)
         if value in method.GetOptions().Extensions[ag.api_group]  # type: ignore[index]
     )
-    for value, group in zip(ApiGroup.values()[1:], API_GROUPS, strict=True)
+    for value in ApiGroup.values()
+    if value
 }
 
 

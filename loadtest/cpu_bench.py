@@ -49,7 +49,7 @@ from h2grpc import (
     model_successes,
 )
 from loadgen import run_load
-from loadresult import LoadSpec
+from loadresult import LoadSpec, publish_report
 from metrics import thread_cpu_seconds, tree_cpu_seconds
 
 from inference import grpc_service_pb2 as pb
@@ -332,13 +332,10 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
     text = render(servers, workloads, args, client, command, short_commit())
-    print(text)
     out = args.out
     if out is None and not args.quick and not args.only:
         out = REPO_ROOT / "loadtest" / "results" / "cpu_bench.md"
-    if out is not None:
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)
+    publish_report(text, out)
     return 0
 
 

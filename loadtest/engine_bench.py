@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from metrics import process_cpu_seconds, thread_cpu_seconds
+from metrics import loop_thread_seconds, process_cpu_seconds
 
 from service.config import MetricsConfig, ServerConfig
 from service.engine.main import run_engine
@@ -96,17 +96,16 @@ async def drive(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     done = 0
     cpu0 = process_cpu_seconds(pid) or 0.0
-    threads0 = thread_cpu_seconds(pid)
+    loop0 = loop_thread_seconds(pid)
     self0 = time.process_time()
     start = loop.time()
     stop_at = start + duration
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = loop.time() - start
     engine_cpu = (process_cpu_seconds(pid) or 0.0) - cpu0
-    threads1 = thread_cpu_seconds(pid)
     client_cpu = time.process_time() - self0
     # The loop's thread against the rest (instance threads): which one caps the engine.
-    loop_cpu = sum(threads1.get("main", (0.0, 0.0))) - sum(threads0.get("main", (0.0, 0.0)))
+    loop_cpu = loop_thread_seconds(pid) - loop0
     return {
         "requests": done,
         "req_per_s": done / elapsed,

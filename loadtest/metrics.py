@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "loop_thread_seconds",
     "machine_busy_seconds",
     "process_cpu_seconds",
     "stat_fields",
@@ -51,8 +52,11 @@ def process_cpu_seconds(pid: int) -> float | None:
     Comparing client and server CPU use tells whether a measurement is client-bound.
     """
     fields = stat_fields(f"/proc/{pid}/stat")
-    if fields is None:
-        return None
+    return None if fields is None else _cpu_seconds(fields)
+
+
+def _cpu_seconds(fields: list[str]) -> float:
+    """utime + stime of a /proc stat line's ``fields`` (``stat_fields``), in seconds."""
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
@@ -67,7 +71,7 @@ def tree_cpu_seconds(root_pid: int) -> float | None:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")) is not None:
             parents[int(entry)] = int(fields[1])
-            times[int(entry)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+            times[int(entry)] = _cpu_seconds(fields)
     if root_pid not in times:
         return None
     tree, frontier = {root_pid}, [root_pid]
@@ -113,3 +117,8 @@ def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
                 system + int(fields[12]) / _CLOCK_TICKS,
             )
     return out
+
+
+def loop_thread_seconds(pid: int) -> float:
+    """CPU seconds of the first thread of ``pid``: in our servers, the event loop's."""
+    return sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))

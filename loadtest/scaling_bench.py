@@ -31,8 +31,14 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h2grpc import grpc_body, h2load_output
-from metrics import machine_busy_seconds, thread_cpu_seconds, tree_cpu_seconds
+from h2grpc import grpc_body, h2load_output, model_successes
+from loadresult import publish_report
+from metrics import (
+    loop_thread_seconds,
+    machine_busy_seconds,
+    process_cpu_seconds,
+    tree_cpu_seconds,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_SUB = ROOT / "service" / "default_repository" / "add_sub"
@@ -101,10 +107,6 @@ class Server:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
 
-    def successes(self, model: str) -> int:
-        stats = self.stub.ModelStatistics(pb.ModelStatisticsRequest(name=model))
-        return int(stats.model_stats[0].inference_stats.success.count)
-
     def stop(self) -> int:
         self.channel.close()
         self.proc.terminate()
@@ -114,11 +116,10 @@ class Server:
 
 
 def engine_cpu(pid: int | None) -> tuple[float, float]:
-    """(all threads, loop thread) CPU seconds of the engine; NaN in one process."""
+    """(whole process, loop thread) CPU seconds of the engine; NaN in one process."""
     if pid is None:
         return float("nan"), float("nan")
-    threads = thread_cpu_seconds(pid)
-    return sum(u + s for u, s in threads.values()), sum(threads.get("main", (0.0, 0.0)))
+    return process_cpu_seconds(pid) or 0.0, loop_thread_seconds(pid)
 
 
 def load_row(
@@ -130,18 +131,18 @@ def load_row(
     seconds: float,
     threads: int = 1,
 ) -> dict[str, float]:
-    before_ok = server.successes(model)
+    url = f"127.0.0.1:{server.port}"
+    before_ok = model_successes(url, model)
     busy0 = machine_busy_seconds() or 0.0
     cpu0 = tree_cpu_seconds(server.proc.pid) or 0.0
     engine0 = engine_cpu(server.engine_pid)
     start = time.monotonic()
-    url = f"127.0.0.1:{server.port}"
     out = h2load_output(url, body, conns, streams, seconds, threads, warmup=1.0)
     elapsed = time.monotonic() - start
     cpu = (tree_cpu_seconds(server.proc.pid) or 0.0) - cpu0
     engine1 = engine_cpu(server.engine_pid)
     busy = (machine_busy_seconds() or 0.0) - busy0
-    ok = server.successes(model) - before_ok
+    ok = model_successes(url, model) - before_ok
     match = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
     rps = float(match.group(2)) if match else float("nan")
     # CPU and successes span warm-up + window; their ratio is the cost of one request.
@@ -263,10 +264,7 @@ def main() -> int:
                 f"| {_cores(med['engine_loop_cores'])} | {med['others_cores']:.2f} | |"
             )
     lines += scaling_lines(rows, args.modes)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    publish_report("\n".join(lines) + "\n", args.out)
     return 0
 
 
