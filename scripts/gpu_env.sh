@@ -3,7 +3,8 @@
 # packages of an existing installation (PyTorch's nvidia/*/lib folders), for example
 #   eval "$(scripts/gpu_env.sh /path/to/python-with-torch)"
 # The server also calls onnxruntime.preload_dlls() itself, which finds those packages when
-# they are installed for the interpreter that runs it; this is for the other cases.
+# they are installed for the interpreter that runs it; this is for the other cases. A
+# LD_LIBRARY_PATH already set stays first, so a caller's own copies win over these.
 set -euo pipefail
 PY="${1:-python3}"
 "$PY" - <<'PYEOF'
@@ -24,5 +25,5 @@ dirs = sorted(
 )
 if not dirs:
     sys.exit("gpu_env.sh: no CUDA libraries found under " + ", ".join(nvidia.__path__))
-print('export LD_LIBRARY_PATH="' + ":".join(dirs) + '${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"')
+print('export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}' + ":".join(dirs) + '"')
 PYEOF

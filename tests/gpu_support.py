@@ -13,9 +13,11 @@ import subprocess
 
 import pytest
 
-__all__ = ["GPU_REQUIRED", "gpu_needs", "no_gpu_reason"]
+__all__ = ["GPU_REQUIRED", "gpu_needs", "no_gpu_reason", "record"]
 
 GPU_REQUIRED = os.environ.get("GPU_TESTS", "") == "required"
+#: scripts/gpu_check.sh collects each gpu test's figure here for its summary table.
+FIGURES = os.environ.get("GPU_CHECK_FIGURES", "")
 
 
 def no_gpu_reason() -> str | None:
@@ -37,3 +39,12 @@ def gpu_needs(ok: bool, reason: str) -> None:
     if GPU_REQUIRED:
         pytest.fail(f"GPU_TESTS=required but {reason}")
     pytest.skip(reason)
+
+
+def record(figure: str) -> None:
+    """Note what a gpu test measured (a line in $GPU_CHECK_FIGURES; nothing when unset)."""
+    if not FIGURES:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    with open(FIGURES, "a", encoding="utf-8") as figures:
+        figures.write(f"{test}\t{figure}\n")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
-from gpu_support import gpu_needs
+from gpu_support import gpu_needs, record
 from models import make_config, mlp_model, mlp_reference, write_model
 
 from inference import model_config_pb2 as mc
@@ -74,6 +74,7 @@ def test_kind_gpu_runs_on_cuda_through_io_binding(tmp_path: Path) -> None:
         assert isinstance(instance.runner, BoundRunner)
         for rows in (1, 7, 64):
             _check(instance, rows, rows)
+        record(f"{', '.join(instance.providers)}; {instance.runner.description}")
     finally:
         instance.close()
 
@@ -85,6 +86,7 @@ def test_cuda_graphs_one_per_batch_shape(tmp_path: Path) -> None:
         for step, rows in enumerate([8, 8, 8, 3, 3, 8]):
             _check(instance, rows, step)
         assert instance.runner.graph_count == 2
+        record("2 input shapes, 2 CUDA graphs captured and replayed, results correct")
     finally:
         instance.close()
 
@@ -118,6 +120,7 @@ async def test_auto_kind_lands_on_the_gpu_and_reports_gpu_memory(tmp_path: Path)
         assert model.state == ModelState.READY, model.reason
         assert model.config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
         assert model.stats.gpu_memory_bytes.get(0, 0) > 0, model.stats.gpu_memory_bytes
+        record(f"KIND_AUTO -> KIND_GPU; GPU memory {model.stats.gpu_memory_bytes[0]} bytes")
     finally:
         if model.scheduler is not None:
             await model.scheduler.stop()

@@ -168,7 +168,19 @@ class OnnxRuntimeBackend:
         except ValueError:
             del session
             raise
-        return OnnxRuntimeInstance(config.name, spec, session, _runner(config, spec, session))
+        runner = _runner(config, spec, session)
+        # Which providers took the session and how tensors reach the device: what an
+        # operator checks first when a GPU model is slower than expected.
+        log.info(
+            "model '%s' instance '%s' (%s device %d): onnxruntime providers %s; %s",
+            config.name,
+            spec.name,
+            spec.kind.removeprefix("KIND_"),
+            spec.device_id,
+            ", ".join(session.get_providers()),
+            runner.description if runner is not None else "session.run",
+        )
+        return OnnxRuntimeInstance(config.name, spec, session, runner)
 
 
 class OnnxRuntimeInstance:

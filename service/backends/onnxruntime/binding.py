@@ -106,6 +106,14 @@ class BoundRunner:
         self._device_id = device_id
         self._pinned = pinned
 
+    @property
+    def description(self) -> str:
+        """How inputs reach the device, for the instance's load log line."""
+        if self._pinned is None:
+            return "IO binding"
+        memory = "pinned" if self._pinned.available else "pageable"
+        return f"IO binding, inputs staged in {memory} host memory"
+
     def run(self, feeds: Mapping[str, Array], outputs: Sequence[str]) -> list[Array]:
         binding = self._session.io_binding()
         for name, array in feeds.items():
@@ -158,6 +166,10 @@ class GraphRunner:
     @property
     def graph_count(self) -> int:
         return len(self._graphs)
+
+    @property
+    def description(self) -> str:
+        return f"CUDA graphs (at most {self._max_graphs} input shapes), IO binding"
 
     def run(self, feeds: Mapping[str, Array], outputs: Sequence[str]) -> list[Array]:
         key = (
