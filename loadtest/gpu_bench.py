@@ -51,6 +51,10 @@ from service.gpus import inventory  # noqa: E402
 CUDA = "CUDAExecutionProvider"
 TARGET_CONCURRENCY, TARGET_RATIO = 64, 0.8
 MAX_BATCH = 256
+#: --conv-algo-search -> Triton's cudnn_conv_algo_search parameter value. EXHAUSTIVE (Triton's
+#: and onnxruntime's default) benchmarks every convolution algorithm the first time an instance
+#: sees an input shape; under dynamic batching every new batch size is a new shape.
+CONV_ALGO_SEARCH = {"exhaustive": 0, "heuristic": 1, "default": 2}
 
 
 def no_gpu_reason() -> str | None:
@@ -100,6 +104,12 @@ def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:
     extra = f"{batching}\n" + (
         "optimization { cuda { graphs: true } }\n" if args.cuda_graphs else ""
     )
+    # Triton's parameter: 0 EXHAUSTIVE (the default), 1 HEURISTIC, 2 DEFAULT.
+    search = CONV_ALGO_SEARCH[args.conv_algo_search]
+    extra += (
+        f'parameters {{ key: "cudnn_conv_algo_search" value {{ string_value: "{search}" }} }}\n'
+    )
+
     models = {
         "mlp": (
             mlp_model(width=args.width, layers=3),
@@ -186,13 +196,16 @@ async def serve_scenarios(url: str, pid: int, args: argparse.Namespace) -> list[
 
 
 def cuda_ceiling(
-    path: Path, sizes: list[int], seconds: float, device: str = "gpu"
+    path: Path, sizes: list[int], seconds: float, device: str = "gpu", search: str = "exhaustive"
 ) -> dict[int, dict[str, float]]:
-    """Best samples/s per batch size: plain session.run and the server's IO binding."""
+    """Best samples/s per batch size: plain session.run and the server's IO binding, with the
+    server's convolution algorithm search."""
     options = ort.SessionOptions()
-    provider = CUDA if device == "gpu" else "CPUExecutionProvider"
+    provider: Any = "CPUExecutionProvider"
+    if device == "gpu":
+        provider = (CUDA, {"cudnn_conv_algo_search": search.upper()})
     session = ort.InferenceSession(str(path), options, providers=[provider])
-    assert session.get_providers()[0] == provider, session.get_providers()
+    assert session.get_providers()[0] in (CUDA, "CPUExecutionProvider"), session.get_providers()
     arg = session.get_inputs()[0]
     if device == "gpu":
         runner = BoundRunner(session, "cuda", 0, PinnedBuffers())
@@ -274,6 +287,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--instances", type=int, default=2, help="instances on the GPU")
     parser.add_argument("--delay-us", type=int, default=500)
     parser.add_argument("--cuda-graphs", action="store_true", help="optimization.cuda.graphs")
+    parser.add_argument(
+        "--conv-algo-search",
+        choices=sorted(CONV_ALGO_SEARCH),
+        default="heuristic",
+        help="cudnn_conv_algo_search of the models and of the in-process ceiling (default "
+        "heuristic: exhaustive spends its search on every new batch size inside the windows)",
+    )
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--processes", type=int, default=4, help="client processes")
@@ -307,13 +327,14 @@ def main(argv: list[str] | None = None) -> int:
         for model, path in files.items():
             batches = [r["mean_exec_batch"] for r in rows if r["spec"]["model"] == model]
             sizes = sorted({ceiling_size(b) for b in batches if b} | {1})
-            points = cuda_ceiling(path, sizes, args.ceiling_s, args.device)
+            points = cuda_ceiling(path, sizes, args.ceiling_s, args.device, args.conv_algo_search)
             ceiling[model] = {str(b): p for b, p in points.items()}
     gpus = inventory().gpus()
     device = f"{gpus[0].name} (compute capability {gpus[0].capability})" if gpus else "CPU"
     raw = {
         "title": f"MLP 3x{args.width} and CNN, {args.instances} GPU instances, "
-        f"delay {args.delay_us} us" + (", CUDA graphs" if args.cuda_graphs else ""),
+        f"delay {args.delay_us} us, conv algo search {args.conv_algo_search}"
+        + (", CUDA graphs" if args.cuda_graphs else ""),
         "command": " ".join(["python", "loadtest/gpu_bench.py", *(argv or sys.argv[1:])]),
         "device": device if args.device == "gpu" else "CPU (--device cpu: plumbing check only)",
         "onnxruntime": ort.__version__,

@@ -32,6 +32,9 @@ pytestmark = pytest.mark.gpu
 
 WIDTH, LAYERS = 256, 3
 EXPLICIT = ("--model-control-mode", "explicit")
+# onnxruntime's CUDA provider runs FP32 MatMul in TF32 on Ampere and later (its use_tf32
+# default, which Triton's backend keeps): about 1e-3 apart from the FP32 reference here.
+TF32 = {"rtol": 1e-2, "atol": 1e-2}
 _INSTANCE_LINE = re.compile(
     r"model 'mlp' instance '([^']+)' \(GPU device (\d+)\): onnxruntime providers ([^;]+); (.*)"
 )
@@ -76,7 +79,7 @@ def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path) -> None:
         for rows in (1, 7, 64):
             x = rng.random((rows, WIDTH), dtype=np.float32)
             np.testing.assert_allclose(
-                _infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), rtol=1e-3, atol=1e-3
+                _infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), **TF32
             )
         # Concurrent callers: the dynamic batcher merges them into batches on the device.
         inputs = [rng.random((2, WIDTH), dtype=np.float32) for _ in range(32)]
@@ -93,7 +96,7 @@ def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path) -> None:
             thread.join()
         for x, out in zip(inputs, outputs, strict=True):
             assert out is not None
-            np.testing.assert_allclose(out, mlp_reference(x, WIDTH, LAYERS), rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(out, mlp_reference(x, WIDTH, LAYERS), **TF32)
         stats = client.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
         inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
         assert inferences == 1 + 7 + 64 + 2 * len(inputs), stats
@@ -136,7 +139,7 @@ def test_model_asking_for_cuda_where_it_cannot_start(tmp_path: Path) -> None:
     ):
         x = np.ones((3, WIDTH), np.float32)
         np.testing.assert_allclose(
-            _infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), rtol=1e-3, atol=1e-3
+            _infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), **TF32
         )
         assert "running on the CPU (allow_cpu_fallback)" in server.log, server.log
     record(f"refused: {text.splitlines()[0][:160]}")
