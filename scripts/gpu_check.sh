@@ -5,12 +5,14 @@
 # the packages of scripts/gpu_wheels.sh beside it:
 #
 #   scripts/gpu_check.sh --out DIR [--bundle DIR] [--wheels DIR] [--bench quick|standard|full|none]
-#                        [--many-cores] [--site DIR]
+#                        [--many-cores] [--site DIR] [--steps a,b,...]
 #
 #   --bundle   the parts of the pruned onnxruntime-gpu (default .whl-ort; none: use what is installed)
 #   --wheels   .whl/server and .whl/client wheels (default .whl; missing: use what is installed)
 #   --bench    loadtest/gpu_bench.py's size (default standard: c = 1, 8, 64, 128; 5 s windows)
 #   --many-cores  then loadtest/many_cores.sh (needs h2load on PATH)
+#   --steps    run only these steps (setup always runs), e.g. --steps bench to measure again
+#   BENCH_FRONTENDS=N  the bench server's --frontends (default: one per core, serve.sh's layout)
 #
 # Steps, each bounded by `timeout`, each logged to DIR/<step>.log:
 #   setup       unpack onnxruntime-gpu, install the wheels into two targets (the server needs
@@ -28,7 +30,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-OUT="" BUNDLE=.whl-ort WHEELS=.whl BENCH=standard MANY=0 SITE=/tmp/gpu-check
+OUT="" BUNDLE=.whl-ort WHEELS=.whl BENCH=standard MANY=0 SITE=/tmp/gpu-check STEPS=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --bench) BENCH="$2"; shift 2 ;;
     --site) SITE="$2"; shift 2 ;;
     --many-cores) MANY=1; shift ;;
+    --steps) STEPS="$2"; shift 2 ;;
     *) echo "gpu_check: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +60,9 @@ export SERVICE_FRONTENDS="${SERVICE_FRONTENDS:-2}"  # test servers: the engine /
 # (tests/gpu_support.py's record) or the step's own "FIGURE: " lines.
 step() {
   local name="$1" limit="$2" fn="$3" from rc result figure
+  if [ "$STEPS" != all ] && [ "$name" != setup ] && [[ ",$STEPS," != *",$name,"* ]]; then
+    return 0
+  fi
   from=$(wc -l < "$GPU_CHECK_FIGURES")
   echo "== $name (at most ${limit}s)"
   timeout --kill-after=10 "$limit" bash -c "$fn" > >(tee "$OUT/$name.log") 2>&1
@@ -151,7 +157,7 @@ bench() {
   local args=(--concurrency 1 8 64 128 --duration 5 --warmup 2 --ceiling-s 1)
   case "$BENCH" in quick) args=(--quick) ;; full) args=() ;; esac
   # The server in its default layout (one frontend per core), as scripts/serve.sh starts it.
-  SERVICE_FRONTENDS=$(nproc) "$SERVER_PY" loadtest/gpu_bench.py "${args[@]}" \
+  SERVICE_FRONTENDS=${BENCH_FRONTENDS:-$(nproc)} "$SERVER_PY" loadtest/gpu_bench.py "${args[@]}" \
     --out-dir "$OUT/gpu_bench" || return $?
   grep -E '^- (mlp|cnn) at c=' "$OUT/gpu_bench/report.md" | sed 's/^- /FIGURE: /'
 }
@@ -170,7 +176,7 @@ else
   step python_gpu 240 python_gpu
   step nvml 180 nvml
   step probe 120 probe
-  if [ "$BENCH" = none ]; then
+  if [ "$BENCH" = none ] && [ "$STEPS" = all ]; then
     printf 'bench\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
   else
     step bench 420 bench
@@ -187,7 +193,7 @@ fi
 {
   echo "# GPU check: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   echo
-  echo "Command: \`scripts/gpu_check.sh --out DIR --bench $BENCH\` at ${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
+  echo "Command: \`scripts/gpu_check.sh --out DIR --bench $BENCH --steps $STEPS\`, bench frontends ${BENCH_FRONTENDS:-$(nproc)}, at ${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
   echo
   echo "| step | result | figure |"
   echo "|---|---|---|"
