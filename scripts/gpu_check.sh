@@ -54,6 +54,8 @@ export GPU_CHECK_FIGURES="$OUT/figures.tsv" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBY
 export SERVICE_FRONTENDS="${SERVICE_FRONTENDS:-2}"  # test servers: the engine / frontends split
 
 
+joined() { awk 'NR > 1 { printf "; " } { printf "%s", $0 }' | cut -c1-1000; }
+
 # step NAME TIMEOUT FUNCTION: run the function in its own shell under `timeout`, log it, and
 # note "NAME<TAB>result<TAB>figure" in summary.tsv. The result: passed / failed (exit N) /
 # timed out after Ns / skipped: <pytest's reason>. The figure: what the step's tests recorded
@@ -77,8 +79,8 @@ step() {
   else
     result="passed"
   fi
-  figure=$(tail -n +"$((from + 1))" "$GPU_CHECK_FIGURES" | cut -f2 | paste -sd ';' | cut -c1-400)
-  [ -n "$figure" ] || figure=$(grep -h '^FIGURE: ' "$OUT/$name.log" | sed 's/^FIGURE: //' | paste -sd ';' | cut -c1-400)
+  figure=$(tail -n +"$((from + 1))" "$GPU_CHECK_FIGURES" | cut -f2 | joined)
+  [ -n "$figure" ] || figure=$(grep -h '^FIGURE: ' "$OUT/$name.log" | sed 's/^FIGURE: //' | joined)
   printf '%s\t%s\t%s\n' "$name" "$result" "$figure" >> "$OUT/summary.tsv"
   echo "== $name: $result"
 }
