@@ -138,9 +138,7 @@ def test_model_asking_for_cuda_where_it_cannot_start(tmp_path: Path) -> None:
         grpcclient.InferenceServerClient(server.url) as client,
     ):
         x = np.ones((3, WIDTH), np.float32)
-        np.testing.assert_allclose(
-            _infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), **TF32
-        )
+        np.testing.assert_allclose(_infer_mlp(client, x), mlp_reference(x, WIDTH, LAYERS), **TF32)
         assert "running on the CPU (allow_cpu_fallback)" in server.log, server.log
     record(f"refused: {text.splitlines()[0][:160]}")
 
