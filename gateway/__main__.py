@@ -13,7 +13,7 @@ from .config import parse_args
 
 #: With grpc's EventEngine client, a blocking call's answer is read by another thread and
 #: handed over; without it the calling thread reads it itself, one thread wake-up less
-#: per request (docs/decisions.md). A value set by the user wins.
+#: per request (docs/decisions/015-gateway-http-layer.md). A value set by the user wins.
 GRPC_EXPERIMENTS = "-event_engine_client"
 
 

@@ -11,12 +11,9 @@ import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from inference import api_group_pb2 as ag
-from inference.api_group_pb2 import ApiGroup
+from wire.api_groups import GROUP_METHODS, Restriction
 
-from .config import RestrictedApi, api_group_name
 from .errors import GatewayError
-from .routes import SERVICE, V1_SERVICE
 
 __all__ = ["GROUP_METHODS", "GRPC_KEY_PREFIX", "TRACE_HEADERS", "Access"]
 
@@ -25,19 +22,6 @@ GRPC_KEY_PREFIX = "triton-grpc-protocol-"
 
 #: W3C trace context headers, forwarded to the service as gRPC metadata.
 TRACE_HEADERS = ("traceparent", "tracestate")
-
-#: Which RPCs (and so which routes) each group covers, read from the
-#: ``(inference.api_group)`` option of every RPC of both services, as the service reads
-#: it (the gateway does not import the service; a unit test compares the two tables).
-GROUP_METHODS: dict[str, tuple[str, ...]] = {
-    api_group_name(value): tuple(
-        method.name
-        for method in (*SERVICE.methods, *V1_SERVICE.methods)
-        if value in method.GetOptions().Extensions[ag.api_group]  # type: ignore[index]
-    )
-    for value in ApiGroup.values()
-    if value
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +34,7 @@ class _Rule:
 class Access:
     """The per-RPC restriction table, and the metadata to forward for a request."""
 
-    def __init__(self, rules: Iterable[RestrictedApi]) -> None:
+    def __init__(self, rules: Iterable[Restriction]) -> None:
         self._by_rpc: dict[str, list[_Rule]] = {}
         self._keys: list[str] = []
         for rule in rules:

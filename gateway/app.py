@@ -1,9 +1,10 @@
 """The application: it owns the one gRPC channel; each request goes route -> handler.
 
 No web framework and no ASGI: ``http11.HttpServer`` hands ``handle`` a whole request and
-writes back what it returns (docs/decisions.md). Routing is our own table (built from the
-protos). Every failure becomes ``{"error": ...}`` with a status from gateway/errors.py;
-an unexpected exception is logged and answered with a generic 500 that leaks nothing.
+writes back what it returns (docs/decisions/015-gateway-http-layer.md). Routing is our own
+table (built from the protos). Every failure becomes ``{"error": ...}`` with a status from
+gateway/errors.py; an unexpected exception is logged and answered with a generic 500 that
+leaks nothing.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ import re
 
 from inference import grpc_service_pb2 as pb
 from inference.model_config_pb2 import DataType, ModelConfig
+from wire.datatypes import serialize_bytes_tensor
 
 from .errors import GatewayError
-from .tensors import DATATYPES, serialize_bytes
+from .tensors import DATATYPES
 
 __all__ = [
     "HEADER_LENGTH",
@@ -111,7 +112,7 @@ def raw_binary_request(
                 f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have "
                 "input shape [1]",
             )
-        body = serialize_bytes([body])
+        body = serialize_bytes_tensor([body])
     elif dynamic != -1:
         dtype = DATATYPES.get(datatype)
         size = count * (dtype.itemsize if dtype is not None else 1)

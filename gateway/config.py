@@ -8,20 +8,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inference.api_group_pb2 import ApiGroup
+from wire.api_groups import API_GROUPS, Restriction, parse_restrictions
+from wire.tracing import TRACE_EXPORTERS, TraceSettings, parse_trace_config
 
 from .header_forward import compile_forward_pattern
 
 __all__ = [
-    "API_GROUPS",
     "DEFAULT_MAX_BODY_BYTES",
     "TRACE_EXPORTERS",
     "GatewayConfig",
     "GrpcTls",
     "HttpsConfig",
-    "RestrictedApi",
-    "TraceConfig",
-    "api_group_name",
+    "TraceSettings",
     "parse_args",
     "parse_trace_config",
 ]
@@ -29,26 +27,6 @@ __all__ = [
 #: Largest request body read (and largest inflated body); 1 GiB keeps one request from
 #: exhausting memory while leaving room for large binary tensors.
 DEFAULT_MAX_BODY_BYTES = 1 << 30
-
-
-def api_group_name(value: int) -> str:
-    """The command-line name of an ``inference.ApiGroup`` value (api_group.proto's rule:
-    API_GROUP_SHARED_MEMORY is "shared-memory")."""
-    return ApiGroup.Name(value).removeprefix("API_GROUP_").lower().replace("_", "-")
-
-
-#: Triton's API groups for --http-restricted-api, in api_group.proto's order (the
-#: service reads the same enum for --grpc-restricted-protocol).
-API_GROUPS = tuple(api_group_name(value) for value in ApiGroup.values() if value)
-
-
-@dataclass(frozen=True, slots=True)
-class RestrictedApi:
-    """Groups whose routes need the HTTP header ``key: value``. The value never prints."""
-
-    groups: frozenset[str]
-    key: str
-    value: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +50,6 @@ class HttpsConfig:
 
 
 #: As the service's ``--trace-config opentelemetry,exporter=...``.
-TRACE_EXPORTERS = ("otlp-http", "otlp-grpc", "console")
-
-
-@dataclass(frozen=True, slots=True)
-class TraceConfig:
-    """The gateway's own spans, set with the service's ``--trace-config`` syntax (copied,
-    not imported: the gateway does not import ``service``). Off until ``level=TIMESTAMPS``."""
-
-    level: str = "OFF"  # OFF or TIMESTAMPS
-    rate: int = 1000  # trace 1 request in ``rate`` (a caller's sampled traceparent: always)
-    count: int = -1  # traces left to take; -1: no limit
-    exporter: str = "otlp-http"
-    url: str = "http://localhost:4318/v1/traces"
-    resource: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def on(self) -> bool:
-        return self.level != "OFF" and self.count != 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +61,11 @@ class GatewayConfig:
     http_port: int = 8000
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_verbose: int = 0
-    restricted: tuple[RestrictedApi, ...] = ()
+    restricted: tuple[Restriction, ...] = ()
     grpc_tls: GrpcTls | None = None
     https: HttpsConfig | None = None
     exit_timeout_secs: float = 30.0
-    trace: TraceConfig = field(default_factory=TraceConfig)
+    trace: TraceSettings = field(default_factory=TraceSettings)
     workers: int = 1
     #: --http-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
@@ -126,81 +86,6 @@ def _non_negative(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text}")
     return value
-
-
-def restricted_apis(specs: Sequence[str]) -> tuple[RestrictedApi, ...]:
-    """``<groups>:<key>=<value>`` (Triton's syntax); a group may appear in one spec only."""
-    out: list[RestrictedApi] = []
-    seen: set[str] = set()
-    for spec in specs:
-        groups_text, colon, pair = spec.partition(":")
-        key, equals, value = pair.partition("=")
-        groups = {g.strip() for g in groups_text.split(",") if g.strip()}
-        if not colon or not equals or not groups or not key.strip() or not value:
-            raise ValueError("--http-restricted-api: expected '<groups>:<key>=<value>'")
-        unknown = sorted(groups - set(API_GROUPS))
-        if unknown:
-            raise ValueError(
-                f"--http-restricted-api: unknown API group(s) {unknown}; "
-                f"known: {', '.join(API_GROUPS)}"
-            )
-        twice = sorted(groups & seen)
-        if twice:
-            raise ValueError(f"--http-restricted-api: API group(s) {twice} restricted twice")
-        seen |= groups
-        out.append(RestrictedApi(frozenset(groups), key.strip().lower(), value))
-    return tuple(out)
-
-
-def _trace_int(name: str, text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--trace-config {name}: expected an integer, got '{text}'") from None
-    if value < minimum:
-        raise ValueError(f"--trace-config {name}: must be >= {minimum}, got {value}")
-    return value
-
-
-def parse_trace_config(specs: Sequence[str]) -> TraceConfig:
-    """``key=value`` (level, rate, count) or ``opentelemetry,key=value`` (exporter, url,
-    resource): the service's grammar, so one set of values configures both processes."""
-    values: dict[str, object] = {}
-    resource: list[tuple[str, str]] = []
-    for spec in specs:
-        mode, comma, setting = spec.partition(",")
-        if not comma:
-            mode, setting = "", spec
-        key, equals, value = setting.partition("=")
-        if not equals:
-            raise ValueError(f"--trace-config '{spec}': expected [mode,]key=value")
-        if mode not in ("", "opentelemetry"):
-            raise ValueError(f"--trace-config '{spec}': only the opentelemetry mode is supported")
-        if mode and key == "url":
-            values["url"] = value if "://" in value else f"http://{value}"
-        elif mode and key == "exporter":
-            if value not in TRACE_EXPORTERS:
-                raise ValueError(f"--trace-config exporter: one of {', '.join(TRACE_EXPORTERS)}")
-            values["exporter"] = value
-        elif mode and key == "resource":
-            name, eq, text = value.partition("=")
-            if not eq or not name:
-                raise ValueError(f"--trace-config '{spec}': expected resource=<key>=<value>")
-            resource.append((name, text))
-        elif not mode and key == "level":
-            if value not in ("OFF", "TIMESTAMPS"):
-                raise ValueError("--trace-config level: OFF or TIMESTAMPS")
-            values["level"] = value
-        elif not mode and key == "rate":
-            values["rate"] = _trace_int("rate", value, 1)
-        elif not mode and key == "count":
-            values["count"] = _trace_int("count", value, -1)
-        elif not mode and key == "mode":
-            if value != "opentelemetry":
-                raise ValueError("--trace-config mode: only 'opentelemetry' is supported")
-        else:
-            raise ValueError(f"--trace-config '{spec}': unknown setting '{key}'")
-    return TraceConfig(resource=tuple(resource), **values)  # type: ignore[arg-type]
 
 
 def _readable(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> None:
@@ -300,11 +185,11 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         type=_positive,
         default=_DEFAULTS.workers,
         help="gateway processes serving the HTTP port, each with its own channel to the "
-        "service (default %(default)s; see docs/decisions.md for when more pay)",
+        "service (default %(default)s; when more pay: docs/decisions/015-gateway-http-layer.md)",
     )
     opts = parser.parse_args(argv)
     try:
-        restricted = restricted_apis(opts.http_restricted_api)
+        restricted = parse_restrictions(opts.http_restricted_api, "--http-restricted-api", "API")
     except ValueError as exc:
         parser.error(str(exc))
     grpc_tls = None

@@ -25,9 +25,10 @@ import numpy as np
 import orjson
 
 from inference import grpc_service_pb2 as pb
+from wire.datatypes import serialize_bytes_tensor
 
 from .errors import GatewayError
-from .tensors import DATATYPES, raw_to_json, serialize_bytes
+from .tensors import DATATYPES, raw_to_json
 from .v2_json import parameter_value
 
 __all__ = [
@@ -214,7 +215,7 @@ def _raw(name: str, datatype: str, leaves: list[Any], count: int) -> bytes:
     if datatype not in DATATYPES:
         raise GatewayError(400, f"invalid datatype for input {name}")
     if datatype == "BYTES":
-        return serialize_bytes([leaf.encode("utf-8") for leaf in leaves])
+        return serialize_bytes_tensor([leaf.encode("utf-8") for leaf in leaves])
     kind = datatype.rstrip("0123456789")
     accepts, message = _ELEMENT_RULES[kind]
     for leaf in leaves[:count]:

@@ -1,7 +1,7 @@
 """HTTP/1.1 for the gateway: a thread per connection, httptools (llhttp) parses, we frame.
 
 Why threads and blocking calls rather than an event loop, and why not uvicorn
-(docs/decisions.md, "The gateway's HTTP layer"): a blocking gRPC call wakes the thread
+(docs/decisions/015-gateway-http-layer.md): a blocking gRPC call wakes the thread
 that waits for it directly, where grpc.aio's answer crosses a poller thread and then the
 event loop, so each request costs one thread wake-up less; and Triton's frontend
 (libevhtp) accepts ``Transfer-Encoding: chunked`` together with ``Content-Length`` (the

@@ -1,7 +1,8 @@
 """The service's unary RPCs through its local socket (``--grpc-local-socket``).
 
 The same RPCs, messages and status codes as over gRPC, framed on a Unix socket instead of
-HTTP/2 (the service's ``handlers/local_rpc.py`` says why and defines the frames): a
+HTTP/2 (the service's ``handlers/local_rpc.py`` says why; ``wire.local_frames`` defines the
+frames): a
 gRPC round trip between two Python processes costs several times the REST request it
 carries. Streams (generate_stream, decoupled models) stay on the gRPC channel.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -24,11 +24,10 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from wire import local_frames as frames
+
 __all__ = ["LocalChannel", "LocalRpcError", "LocalStub"]
 
-_SIZE = struct.Struct("<I")
-_CALL = struct.Struct("<IHI")  # size, method length, metadata length
-_ANSWER = struct.Struct("<BI")  # code, details length
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -45,12 +44,6 @@ class LocalRpcError(grpc.RpcError):
 
     def details(self) -> str:
         return self._details
-
-
-def _metadata(metadata: Sequence[tuple[str, str]] | None) -> bytes:
-    if not metadata:
-        return b""
-    return "".join(f"{key}\0{value}\0" for key, value in metadata).encode()
 
 
 def _read_exactly(connection: socket.socket, size: int) -> bytearray:
@@ -124,13 +117,12 @@ class LocalChannel:
     def call(
         self, method: bytes, payload: bytes, metadata: Sequence[tuple[str, str]] | None
     ) -> memoryview:
-        meta = _metadata(metadata)
-        size = _CALL.size - 4 + len(method) + len(meta) + len(payload)
-        head = _CALL.pack(size, len(method), len(meta))
+        meta = frames.encode_metadata(metadata)
+        head, total = frames.call_head(method, meta, len(payload))
         connection = self._take()
         try:
-            _send_all(connection, [head, method, meta, payload], size + 4)
-            (size,) = _SIZE.unpack(_read_exactly(connection, 4))
+            _send_all(connection, [head, method, meta, payload], total)
+            (size,) = frames.SIZE.unpack(_read_exactly(connection, 4))
             answer = _read_exactly(connection, size)
         except OSError as exc:
             self._drop(connection)
@@ -139,11 +131,10 @@ class LocalChannel:
             text = f"connection reset: {exc.strerror or exc}"
             raise LocalRpcError(grpc.StatusCode.UNAVAILABLE, text) from None
         self._give_back(connection)
-        code, length = _ANSWER.unpack_from(answer)
+        code, details, message = frames.parse_answer(answer)
         if code:
-            details = bytes(answer[_ANSWER.size : _ANSWER.size + length]).decode()
             raise LocalRpcError(_CODES.get(code, grpc.StatusCode.UNKNOWN), details)
-        return memoryview(answer)[_ANSWER.size + length :]  # parsed as is: no copy
+        return message  # parsed as is: no copy
 
     def _take(self) -> socket.socket:
         with self._lock:

@@ -10,90 +10,42 @@ accept them, rounding to nearest even). NaN and infinities are written as ``null
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from wire import datatypes
+from wire.datatypes import bf16_bits, bf16_to_float32, serialize_bytes_tensor
+
 from .errors import GatewayError
 
-__all__ = [
-    "DATATYPES",
-    "bf16_bits",
-    "bf16_to_float32",
-    "element_count",
-    "json_to_raw",
-    "raw_to_json",
-    "serialize_bytes",
-    "split_bytes",
-]
+__all__ = ["DATATYPES", "element_count", "json_to_raw", "raw_to_json", "split_bytes"]
 
-#: Every v2 datatype -> the numpy dtype of its raw little-endian form (None for BYTES).
-#: BF16 is carried as its 16-bit pattern (uint16).
+#: Every v2 datatype -> the numpy dtype of its raw little-endian form (None for BYTES), from
+#: the one table both processes share. BF16 is carried as its 16-bit pattern (uint16).
 DATATYPES: dict[str, np.dtype[Any] | None] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype("<u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BF16": np.dtype("<u2"),
-    "BYTES": None,
+    name: None if name == "BYTES" else kind.numpy.newbyteorder("<")
+    for name, kind in datatypes.DATATYPES.items()
 }
 
 _FLOATS = frozenset({"FP16", "FP32", "FP64", "BF16"})
-_LENGTH = struct.Struct("<I")
 
 
 def element_count(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
-def bf16_bits(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """float values -> BF16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    rounded[nan] = (bits[nan] >> np.uint32(16)) | np.uint32(0x0040)
-    return rounded.astype(np.uint16)
-
-
-def bf16_to_float32(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """BF16 bit patterns -> float32 (exact)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def serialize_bytes(items: Sequence[bytes]) -> bytes:
-    """BYTES wire form: each element as a 4-byte little-endian length and its bytes."""
-    parts: list[bytes] = []
-    for item in items:
-        parts.append(_LENGTH.pack(len(item)))
-        parts.append(item)
-    return b"".join(parts)
-
-
 def split_bytes(raw: bytes | memoryview, where: str) -> list[bytes]:
-    """The elements of a BYTES tensor's wire form; a truncated element is a 400."""
-    view = memoryview(raw)
-    out: list[bytes] = []
-    offset, end = 0, len(view)
-    while offset < end:
-        if offset + 4 > end:
-            raise GatewayError(400, f"{where}: truncated BYTES element length at byte {offset}")
-        (length,) = _LENGTH.unpack_from(view, offset)
-        offset += 4
-        if offset + length > end:
-            raise GatewayError(400, f"{where}: BYTES element of {length} bytes overruns the data")
-        out.append(bytes(view[offset : offset + length]))
-        offset += length
-    return out
+    """The elements of a BYTES tensor's wire form; a malformed one is a 400."""
+    try:
+        return datatypes.split_bytes(raw)
+    except datatypes.BytesFormatError as error:
+        if error.reason == "truncated length":
+            text = f"truncated BYTES element length at byte {error.offset}"
+        else:
+            text = f"BYTES element of {error.length} bytes overruns the data"
+        raise GatewayError(400, f"{where}: {text}") from None
 
 
 def _leaves(data: list[Any]) -> list[Any]:
@@ -185,7 +137,7 @@ def json_to_raw(data: Any, datatype: str, shape: Sequence[int], where: str) -> b
             raise GatewayError(
                 400, "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
             )
-        return serialize_bytes([item.encode("utf-8") for item in items])
+        return serialize_bytes_tensor([item.encode("utf-8") for item in items])
     array = _numeric(data, datatype, where)
     if array.size != expected:
         raise _data_error("Shape does not match true shape of 'data' field")

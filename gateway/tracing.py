@@ -7,11 +7,12 @@ inference request pays that one check and its trace headers are forwarded unchan
 Nothing here imports OpenTelemetry at module level; the SDK, the exporter and
 ``gateway/spans.py`` are imported by ``start()``, only once tracing is on.
 
-Settings mirror the service's (``service/telemetry/tracing.py``; copied, not imported):
-a global level / rate / count, and per-model overrides that inherit what they leave
-unset from the global ones. ``follow()`` applies what a TraceSetting call made through
-the gateway answered, so a REST change governs the gateway's spans as well as the
-service's (Triton is one process). Exporter, URL and resource stay the gateway's flags.
+Settings mirror the service's (``service/telemetry/tracing.py``; the flag's grammar and
+the exporter are shared, ``wire.tracing``): a global level / rate / count, and per-model
+overrides that inherit what they leave unset from the global ones. ``follow()`` applies
+what a TraceSetting call made through the gateway answered, so a REST change governs the
+gateway's spans as well as the service's (Triton is one process). Exporter, URL and
+resource stay the gateway's flags.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from .config import TraceConfig
+from wire.tracing import Sampler, Scope, TraceSettings, make_exporter
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
 
     from .routes import Binding
     from .spans import RequestSpan, SpanFactory
@@ -49,41 +49,6 @@ TRACED_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
 _FOLLOWED = ("trace_level", "trace_rate", "trace_count")
 
 
-@dataclass(frozen=True, slots=True)
-class _Settings:
-    """The global sampling settings."""
-
-    level: str
-    rate: int
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Scope:
-    """Sampling settings; in a per-model override None inherits the global value."""
-
-    level: str | None = None
-    rate: int | None = None
-    count: int | None = None
-
-
-def make_exporter(config: TraceConfig) -> SpanExporter:
-    """The exporter ``--trace-config opentelemetry,exporter=...`` names (imported lazily)."""
-    if config.exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        return ConsoleSpanExporter()
-    if config.exporter == "otlp-grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(endpoint=config.url)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(endpoint=config.url)
-
-
 class Tracing:
     """Whether, and under which parent, a request gets a gateway span.
 
@@ -92,12 +57,10 @@ class Tracing:
     with its own settings has its own rate counter (and its own count, if it sets one).
     """
 
-    def __init__(self, config: TraceConfig, processor: SpanProcessor | None = None) -> None:
+    def __init__(self, config: TraceSettings, processor: SpanProcessor | None = None) -> None:
         self.config = config
         self.active = config.on
-        self._global = _Settings(config.level, config.rate, config.count)
-        self._models: dict[str, _Scope] = {}
-        self._counters: dict[str, int] = {}  # requests seen per sampling scope ("": global)
+        self._sampling = Sampler(config)
         self._processor = processor  # tests inject one; otherwise built from the config
         self._provider: TracerProvider | None = None
         self._spans: SpanFactory | None = None
@@ -133,21 +96,13 @@ class Tracing:
         where = "injected" if self._processor else self.config.exporter
         if not self._processor and self.config.exporter != "console":
             where += f" to {self.config.url}"
-        log.info("tracing on: exporter %s, 1 request in %d", where, self._global.rate)
+        log.info("tracing on: exporter %s, 1 request in %d", where, self._sampling.base.rate)
 
     # --- settings (followed from TraceSetting) -------------------------------------------
 
     def settings(self, model: str = "") -> tuple[str, int, int]:
         """The (level, rate, count) in effect for ``model`` (or globally)."""
-        base = self._global
-        scope = self._models.get(model) if model else None
-        if scope is None:
-            return base.level, base.rate, base.count
-        return (
-            base.level if scope.level is None else scope.level,
-            base.rate if scope.rate is None else scope.rate,
-            base.count if scope.count is None else scope.count,
-        )
+        return self._sampling.effective(model)
 
     def follow(
         self,
@@ -171,11 +126,11 @@ class Tracing:
     def _follow(
         self, model: str, requested: Mapping[str, Sequence[str]], values: dict[str, str | int]
     ) -> None:
-        before = (self._global, dict(self._models))
+        before = (self._sampling.base, dict(self._sampling.models))
         if not model:
-            self._global = replace(self._global, **values)  # type: ignore[arg-type]
+            self._sampling.base = replace(self._sampling.base, **values)  # type: ignore[arg-type]
         else:
-            old = self._models.get(model, _Scope())
+            old = self._sampling.models.get(model, Scope())
             fields: dict[str, str | int | None] = {}
             for key in _FOLLOWED:
                 name = key.removeprefix("trace_")
@@ -184,13 +139,13 @@ class Tracing:
                 elif name in values and (key in requested or getattr(old, name) is not None):
                     fields[name] = values[name]
             scope = replace(old, **fields)  # type: ignore[arg-type]
-            if scope == _Scope():
-                self._models.pop(model, None)  # nothing of its own: the global settings
+            if scope == Scope():
+                self._sampling.models.pop(model, None)  # nothing of its own: the global settings
             else:
-                self._models[model] = scope
+                self._sampling.models[model] = scope
         # As the service does on each TraceSetting call: this scope's rate counter restarts.
-        self._counters.pop(model, None)
-        if (self._global, self._models) != before:
+        self._sampling.counters.pop(model, None)
+        if (self._sampling.base, self._sampling.models) != before:
             level, rate, count = self.settings(model)
             log.info(
                 "trace settings from the service (%s): level %s, 1 request in %d, count %d",
@@ -205,7 +160,7 @@ class Tracing:
         """``active`` when some scope traces; the provider is built the first time, with
         the gateway's own exporter flags (their defaults if none were given)."""
         self.active = False
-        for model in ("", *self._models):
+        for model in ("", *self._sampling.models):
             level, _, count = self.settings(model)
             self.active = self.active or _on(level, count)
         if not self.active or self._provider is not None:
@@ -239,25 +194,7 @@ class Tracing:
 
     def sample(self, parent_sampled: bool, model: str = "") -> bool:
         """Trace this request? (Counts it against ``rate`` and ``count``.)"""
-        level, rate, count = self.settings(model)
-        if not _on(level, count):
-            return False
-        scope = model if model in self._models else ""
-        if not parent_sampled:
-            seen = self._counters.get(scope, 0)
-            self._counters[scope] = seen + 1
-            if seen % rate:
-                return False
-        if count > 0:
-            self._spend(model, count - 1)
-        return True
-
-    def _spend(self, model: str, left: int) -> None:
-        scope = self._models.get(model)
-        if scope is not None and scope.count is not None:
-            self._models[model] = replace(scope, count=left)
-        else:
-            self._global = replace(self._global, count=left)
+        return self._sampling.sample(model, parent_sampled)
 
     def shutdown(self) -> None:
         """Flush and stop the exporter (blocking: call it off the event loop)."""

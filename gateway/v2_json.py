@@ -5,9 +5,9 @@ this codec is written by hand. Every input travels to the service as
 ``raw_input_contents`` (JSON data is packed by numpy; binary parts are passed as slices of
 the body), and outputs come back as ``raw_output_contents``, written as JSON arrays or
 appended as binary parts as the request asked. Errors are Triton's texts, checked in
-its order (docs/decisions.md lists where we still differ: unknown fields are refused,
-values outside a datatype's range are refused rather than cast, FP16/BF16 are read from
-JSON numbers).
+its order (docs/decisions/012-rest-gateway.md lists where we still differ: unknown fields
+are refused, values outside a datatype's range are refused rather than cast, FP16/BF16 are
+read from JSON numbers).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import numpy as np
 import orjson
 
 from inference import grpc_service_pb2 as pb
+from wire.datatypes import serialize_bytes_tensor
 
 from .binary import BinaryReader
 from .errors import GatewayError
-from .tensors import DATATYPES, json_to_raw, raw_to_json, serialize_bytes
+from .tensors import DATATYPES, json_to_raw, raw_to_json
 
 __all__ = ["InferCall", "decode_infer", "encode_infer", "load_json", "set_parameter"]
 
@@ -311,7 +312,7 @@ def _contents_bytes(tensor: Any) -> bytes:
     if not fields:
         return b""
     if tensor.datatype == "BYTES":
-        return serialize_bytes(list(fields[0][1]))
+        return serialize_bytes_tensor(list(fields[0][1]))
     dtype = DATATYPES.get(tensor.datatype)
     if dtype is None or tensor.datatype == "BF16":
         raise GatewayError(500, f"output '{tensor.name}': cannot read typed contents")

@@ -25,7 +25,7 @@ fi
 # The gateway must know the service's port: take the last --grpc-port given (default 8001).
 # Its unary calls go through the service's local socket (--grpc-local-socket, one per user
 # and port unless given): a gRPC hop between two Python processes costs more than the REST
-# request it carries (docs/decisions.md, "Local RPC socket").
+# request it carries (docs/decisions/016-local-rpc-socket.md).
 grpc_port=8001
 local_socket=""
 prev=""

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import datatypes
+from wire import datatypes
+
 from .types import OutputTensor
 
 __all__ = ["ResponseCache", "cache_key"]

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire.api_groups import Restriction, parse_restrictions
+
 from . import SERVER_ID
-from .flags import DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_GROUPS, build_parser, default_frontends
+from .flags import DEFAULT_MAX_MESSAGE_BYTES, build_parser, default_frontends
 from .handlers.header_forward import compile_forward_pattern
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
@@ -17,24 +19,13 @@ from .telemetry.settings import LogSettings, TraceSettings, parse_trace_config
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "PROTOCOL_GROUPS",
     "MetricsConfig",
-    "RestrictedProtocol",
     "ServerConfig",
     "TlsConfig",
     "build_parser",
     "default_frontends",
     "parse_args",
 ]
-
-
-@dataclass(frozen=True)
-class RestrictedProtocol:
-    """Groups that need ``key: value`` in the caller's metadata. The value never prints."""
-
-    groups: frozenset[str]
-    key: str
-    value: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,7 @@ class ServerConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     trace: TraceSettings = field(default_factory=TraceSettings)
     tls: TlsConfig | None = None
-    restricted: tuple[RestrictedProtocol, ...] = ()
+    restricted: tuple[Restriction, ...] = ()
     frontends: int = 0  # gRPC frontend processes over one engine process; 0: one process
     # --grpc-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
@@ -96,34 +87,6 @@ def _cache_size(specs: Sequence[str]) -> int:
             )
         size = int(value)
     return size
-
-
-def _restricted(specs: Sequence[str]) -> tuple[RestrictedProtocol, ...]:
-    """``<groups>:<key>=<value>``; a group may appear in one spec only (as in Triton)."""
-    out: list[RestrictedProtocol] = []
-    seen: set[str] = set()
-    for spec in specs:
-        groups_text, colon, pair = spec.partition(":")
-        key, equals, value = pair.partition("=")
-        groups = {g.strip() for g in groups_text.split(",") if g.strip()}
-        if not colon or not equals or not groups or not key.strip() or not value:
-            raise argparse.ArgumentTypeError(
-                "--grpc-restricted-protocol: expected '<groups>:<key>=<value>'"
-            )
-        unknown = sorted(groups - set(PROTOCOL_GROUPS))
-        if unknown:
-            raise argparse.ArgumentTypeError(
-                f"--grpc-restricted-protocol: unknown protocol group(s) {unknown}; "
-                f"known: {', '.join(PROTOCOL_GROUPS)}"
-            )
-        twice = sorted(groups & seen)
-        if twice:
-            raise argparse.ArgumentTypeError(
-                f"--grpc-restricted-protocol: protocol group(s) {twice} restricted twice"
-            )
-        seen |= groups
-        out.append(RestrictedProtocol(frozenset(groups), key.strip().lower(), value))
-    return tuple(out)
 
 
 def _tls(args: argparse.Namespace) -> TlsConfig | None:
@@ -165,7 +128,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--max-instances-per-model must be at least 1")
     try:
         cache_size = _cache_size(args.cache_config)
-        restricted = _restricted(args.grpc_restricted_protocol)
+        restricted = parse_restrictions(
+            args.grpc_restricted_protocol, "--grpc-restricted-protocol", "protocol"
+        )
         tls = _tls(args)
         trace = parse_trace_config(args.trace_config)
         latency = parse_metrics_config(args.metrics_config)

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from inference.api_group_pb2 import ApiGroup
+from wire.api_groups import API_GROUPS
 
 from . import SERVER_ID
 from .repository.limits import DEFAULT_MAX_INSTANCES
@@ -19,24 +19,12 @@ from .telemetry.settings import LOG_FORMATS
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "PROTOCOL_GROUPS",
-    "api_group_name",
     "build_parser",
     "default_frontends",
 ]
 
 # Triton's default: the largest message gRPC can carry (2 GiB - 1).
 DEFAULT_MAX_MESSAGE_BYTES = 2**31 - 1
-
-
-def api_group_name(value: int) -> str:
-    """The command-line name of an ``inference.ApiGroup`` value (api_group.proto's rule:
-    API_GROUP_SHARED_MEMORY is "shared-memory")."""
-    return ApiGroup.Name(value).removeprefix("API_GROUP_").lower().replace("_", "-")
-
-
-#: Triton's protocol groups for --grpc-restricted-protocol, in api_group.proto's order.
-PROTOCOL_GROUPS = tuple(api_group_name(value) for value in ApiGroup.values() if value)
 
 
 def default_frontends() -> int:
@@ -209,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="<groups>:<key>=<value>",
         help=f"require metadata 'triton-grpc-protocol-<key>: <value>' for these groups "
-        f"(comma-separated: {', '.join(PROTOCOL_GROUPS)}); repeatable",
+        f"(comma-separated: {', '.join(API_GROUPS)}); repeatable",
     )
     add(
         "--grpc-header-forward-pattern",

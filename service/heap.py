@@ -8,7 +8,7 @@ above the baseline after a refused 300 MB request. ``malloc_trim`` returns them;
 a request at least ``threshold`` bytes large failed. The request's buffers are freed a
 moment after its error is known (once the status is sent), so the thread trims after
 ``delays`` (a short one, and a longer one in case the event loop was busy); a failure in
-the meantime starts the schedule again. Figures: docs/decisions.md.
+the meantime starts the schedule again. Figures: docs/decisions/024-hostile-input.md.
 """
 
 from __future__ import annotations

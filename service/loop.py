@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Runs ``main`` on uvloop where it is installed (a dependency outside Windows): grpc.aio
-    serves a request for about a fifth less CPU on it (docs/decisions.md, "Lean request path")."""
+    serves a request for about a fifth less CPU on it (docs/decisions/022-lean-request-path.md)."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(main)
 

@@ -7,9 +7,9 @@ touches a protobuf inference message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy.typing as npt
+from wire.datatypes import Array
 
 if TYPE_CHECKING:
     from .scheduling.base import ExecutionResult
@@ -39,7 +39,6 @@ ParameterValue = bool | int | float | str
 
 # The response parameter that marks a decoupled model's last response for its request.
 FINAL_FLAG = "triton_final_response"
-Array = npt.NDArray[Any]
 
 
 @dataclass(slots=True)

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import numpy.typing as npt
+from wire.datatypes import Array
 
 if TYPE_CHECKING:
     from inference import model_config_pb2 as mc
@@ -33,8 +33,6 @@ __all__ = [
     "RequestInstance",
     "ResponseSender",
 ]
-
-Array = npt.NDArray[Any]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import datatypes
+from wire import datatypes
+
 from ..types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
 from .slabs import INLINE_MAX, Arena, ArenaMap
 

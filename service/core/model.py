@@ -7,8 +7,8 @@ import enum
 from dataclasses import dataclass, field
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from .. import datatypes
 from ..scheduling.base import Scheduler
 from ..statistics import ModelStats
 from ..types import TensorSpec

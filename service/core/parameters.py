@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from wire.header_forward import CONSUMED
+
 from ..errors import InvalidArgument
 from ..types import ParameterValue
 
 __all__ = ["CONSUMED", "RESERVED_ALLOWED", "backend_parameters"]
 
-#: Keys the server reads itself; they never reach a backend.
-CONSUMED = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"})
 #: The ``triton_`` keys a request may set (Triton's TRITON_RESERVED_REQUEST_PARAMS).
 RESERVED_ALLOWED = ("triton_enable_empty_final_response",)
 

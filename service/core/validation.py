@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import datatypes
+from wire import datatypes
+
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, OutputTensor

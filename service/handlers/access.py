@@ -17,12 +17,7 @@ from typing import Any
 
 import grpc
 
-from inference import api_group_pb2 as ag
-from inference import grpc_service_pb2 as pb
-from trtis import grpc_service_pb2 as v1
-
-from ..config import PROTOCOL_GROUPS, RestrictedProtocol
-from ..flags import api_group_name
+from wire.api_groups import GROUP_METHODS, Restriction
 
 __all__ = ["GROUP_METHODS", "HEADER_PREFIX", "restrict"]
 
@@ -30,25 +25,6 @@ log = logging.getLogger(__name__)
 
 HEADER_PREFIX = "triton-grpc-protocol-"
 
-
-def _group_methods() -> dict[str, tuple[str, ...]]:
-    """Which RPCs each group covers (Triton's grouping), from the ``(inference.api_group)``
-    option on every RPC of the v2 and the legacy v1 service. "health" also covers the
-    standard grpc.health.v1 service, as in Triton (see restrict())."""
-    table: dict[str, list[str]] = {group: [] for group in PROTOCOL_GROUPS}
-    services = (
-        pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
-        v1.DESCRIPTOR.services_by_name["GRPCService"],
-    )
-    for service in services:
-        for method in service.methods:
-            groups: list[int] = method.GetOptions().Extensions[ag.api_group]  # type: ignore[index]
-            for value in groups:
-                table[api_group_name(value)].append(method.name)
-    return {group: tuple(rpcs) for group, rpcs in table.items()}
-
-
-GROUP_METHODS = _group_methods()
 
 Method = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 #: Builds the in-band answer of a refused call: (rpc, message) -> response message.
@@ -113,7 +89,7 @@ def _guard(
 def restrict(
     inference: object,
     health: object,
-    rules: Iterable[RestrictedProtocol],
+    rules: Iterable[Restriction],
     v1: object | None = None,
 ) -> list[str]:
     """Guard the restricted methods of the servicers in place; returns the guarded names.

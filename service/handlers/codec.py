@@ -14,8 +14,8 @@ from google.protobuf import json_format
 
 from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from .. import datatypes
 from ..core.index import IndexEntry
 from ..core.server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted

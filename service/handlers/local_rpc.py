@@ -1,17 +1,14 @@
 """The gRPC services' unary methods over a Unix socket, for a gateway on the same host.
 
 A unary gRPC round trip between two Python processes costs ~480 µs on the project's
-machines against ~50 µs for the same bytes over a Unix socket (docs/decisions.md, "Local
-RPC socket"), and every REST request paid it on top of the direct path. Here the same
-method handlers answer (the same request parsers, restrictions, header forwarding,
-tracing metadata, status codes and texts); only the transport differs. A connection
-carries one call at a time (the gateway keeps a pool), so an answer needs no id.
+machines against ~50 µs for the same bytes over a Unix socket
+(docs/decisions/016-local-rpc-socket.md), and every REST request paid it on top of the
+direct path. Here the same method handlers answer (the same request parsers,
+restrictions, header forwarding, tracing metadata, status codes and texts); only the
+transport differs. A connection carries one call at a time (the gateway keeps a pool),
+so an answer needs no id.
 
-Frames, little-endian, each preceded by its size (u32, the bytes after it):
-  call:   u16 method length | u32 metadata length | method | metadata | request message
-  answer: u8 status code    | u32 details length  | details (UTF-8) | response message
-Metadata is ``key\\0value\\0`` repeated (UTF-8). The codec is ``gateway/local_rpc.py``'s
-mirror; both sides are tested against each other.
+The frames are ``wire.local_frames``' (shared with the gateway, which writes the calls).
 """
 
 from __future__ import annotations
@@ -28,13 +25,11 @@ from typing import Any
 
 import grpc
 
+from wire import local_frames as frames
+
 __all__ = ["LocalContext", "LocalRpcServer", "bind_local_socket", "unlink_quietly"]
 
 log = logging.getLogger("service")
-
-_SIZE = struct.Struct("<I")
-_CALL = struct.Struct("<HI")
-_ANSWER = struct.Struct("<IBI")  # size, code, details length
 
 
 class _Aborted(Exception):
@@ -75,16 +70,9 @@ class LocalContext:
             callback(self)
 
 
-def _metadata(raw: bytes) -> tuple[tuple[str, str], ...]:
-    if not raw:
-        return ()
-    parts = raw.decode().split("\0")
-    return tuple(zip(parts[0:-1:2], parts[1::2], strict=True))
-
-
 def answer_frame(code: grpc.StatusCode, details: str, payload: bytes = b"") -> list[bytes]:
     text = details.encode()
-    head = _ANSWER.pack(5 + len(text) + len(payload), code.value[0], len(text))
+    head = frames.answer_head(code.value[0], text, len(payload))
     return [head, text, payload] if payload else [head, text]
 
 
@@ -114,7 +102,7 @@ class _Connection(asyncio.Protocol):
         view = memoryview(pending)
         offset = 0
         while len(view) - offset >= 4:
-            (size,) = _SIZE.unpack_from(view, offset)
+            (size,) = frames.SIZE.unpack_from(view, offset)
             if size > self._server.max_frame:
                 self._refuse(size)
                 return
@@ -147,9 +135,9 @@ class _Connection(asyncio.Protocol):
 
     async def _call(self, frame: memoryview) -> None:
         try:
-            method, metadata, message = _parse(frame)
+            method, metadata, message = frames.parse_call(frame)
         except (ValueError, UnicodeDecodeError, struct.error):
-            self._send(answer_frame(grpc.StatusCode.INVALID_ARGUMENT, _MALFORMED))
+            self._send(answer_frame(grpc.StatusCode.INVALID_ARGUMENT, frames.MALFORMED))
             return
         handler = self._server.methods.get(method)
         if handler is None:
@@ -173,22 +161,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._send(answer_frame(context.code, context.details))
         context.done()
-
-
-_MALFORMED = "malformed local RPC call: the frame does not hold a method, metadata and message"
-
-
-def _parse(frame: memoryview) -> tuple[str, tuple[tuple[str, str], ...], memoryview]:
-    """(method, metadata, message bytes); ValueError (or a decoding error) where the
-    frame's own lengths do not fit it."""
-    method_length, metadata_length = _CALL.unpack_from(frame)
-    start = _CALL.size
-    end = start + method_length + metadata_length
-    if end > len(frame):
-        raise ValueError(_MALFORMED)
-    method = bytes(frame[start : start + method_length]).decode()
-    metadata = _metadata(bytes(frame[start + method_length : end]))
-    return method, metadata, frame[end:]
 
 
 class LocalRpcServer:

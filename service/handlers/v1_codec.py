@@ -21,8 +21,8 @@ from trtis import api_pb2 as api
 from trtis import grpc_service_pb2 as gs
 from trtis import model_config_pb2 as v1mc
 from trtis import request_status_pb2 as rs
+from wire import datatypes
 
-from .. import datatypes
 from ..core.classification import CLASSIFIABLE, top_classes
 from ..errors import ErrorCode, InvalidArgument, ServerError
 from ..types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput

@@ -6,7 +6,7 @@ registered with a parser that returns a ``Malformed`` stand-in instead, answered
 INVALID_ARGUMENT and a plain message: by ``grpc_errors`` and the stream's in-band errors
 for the inference service (one identity check on its hot path), by a thin wrapper for the
 services that do not know about ``Malformed`` (health, reflection). The parser costs one
-call frame per request over grpc's own (see docs/decisions.md).
+call frame per request over grpc's own (see docs/decisions/024-hostile-input.md).
 """
 
 from __future__ import annotations

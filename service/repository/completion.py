@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from .. import datatypes
 from ..types import TensorSpec
 from .config_file import ConfigError
 

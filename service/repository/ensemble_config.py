@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from .. import datatypes
 from .config_file import ConfigError
 
 __all__ = ["ConfigLookup", "TensorInfo", "composing_models", "validate_ensemble"]

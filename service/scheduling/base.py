@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy.typing as npt
+from wire.datatypes import Array
 
 from ..statistics import BatchTimings
 
@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from .responses import StreamSender
 
 __all__ = ["Array", "ExecutionResult", "Job", "Scheduler", "SequenceHolder"]
-
-Array = npt.NDArray[Any]
 
 
 @dataclass(slots=True, eq=False)

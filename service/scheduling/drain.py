@@ -8,7 +8,7 @@ queued with a token in the instances' shared queue, and the thread that takes a 
 drains what is pending into one batch (tokens that find nothing left cost a lock). The
 loop does no batching step and the thread does not wait for one: a busy loop otherwise
 leaves the thread asleep between batches and then waiting for the GIL, which cost more
-than batching saved (docs/decisions.md, "Lean request path"). Every other config goes
+than batching saved (docs/decisions/022-lean-request-path.md). Every other config goes
 to ``DynamicBatchScheduler``.
 """
 

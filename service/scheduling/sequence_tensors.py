@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from .. import datatypes
 from .base import Array, Job
 
 __all__ = ["ControlSpec", "StateSpec", "build_sequence_inputs", "control_specs", "state_specs"]

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import datatypes
+from wire import datatypes
+
 from ..errors import Internal, InvalidArgument
 from ..types import InferRequest, OutputTensor
 from .registry import CUDA, Region, SharedMemoryRegistry

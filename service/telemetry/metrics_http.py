@@ -3,8 +3,8 @@
 In-process on the loop rather than prometheus_client's server thread: a scrape then reads
 ``ModelStats`` on the thread that writes them (no torn reads, no "dict changed size during
 iteration" from a thread), and a scrape of a few models costs tens of microseconds of loop
-time (docs/decisions.md). One request per connection; anything but ``GET /metrics`` (or
-``HEAD``) is answered 404 / 405.
+time (docs/decisions/014-operations.md). One request per connection; anything but
+``GET /metrics`` (or ``HEAD``) is answered 404 / 405.
 """
 
 from __future__ import annotations

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from wire.tracing import Sampler, Scope, TraceSettings, make_exporter
+
 from ..errors import InvalidArgument, Unimplemented
-from .settings import TraceSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Tracer
 
 __all__ = ["TRACE_SERVICE_NAME", "Tracing", "make_exporter"]
@@ -30,32 +30,6 @@ log = logging.getLogger(__name__)
 TRACE_SERVICE_NAME = "triton-inference-server"
 
 _LEVELS = ("OFF", "TIMESTAMPS")
-
-
-@dataclass(frozen=True)
-class _Scope:
-    """Per-model overrides: None inherits the global value."""
-
-    level: str | None = None
-    rate: int | None = None
-    count: int | None = None
-
-
-def make_exporter(settings: TraceSettings) -> SpanExporter:
-    """The exporter ``--trace-config opentelemetry,exporter=...`` names (imported lazily)."""
-    if settings.exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        return ConsoleSpanExporter()
-    if settings.exporter == "otlp-grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(endpoint=settings.url)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(endpoint=settings.url)
 
 
 def _one_int(name: str, values: Sequence[str], minimum: int) -> int:
@@ -88,9 +62,7 @@ def _level(values: Sequence[str]) -> str:
 class Tracing:
     def __init__(self, settings: TraceSettings, processor: SpanProcessor | None = None) -> None:
         self._startup = settings
-        self._global = settings
-        self._models: dict[str, _Scope] = {}
-        self._counters: dict[str, int] = {}  # requests seen per sampling scope
+        self._sampling = Sampler(settings)
         self._processor = processor  # tests inject one; otherwise built from settings
         self._provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
@@ -101,7 +73,7 @@ class Tracing:
 
     def snapshot(self, model: str = "") -> dict[str, list[str]]:
         """The settings in effect for ``model`` (or globally), as TraceSetting reports them."""
-        level, rate, count = self._effective(model)
+        level, rate, count = self._sampling.effective(model)
         return {
             "trace_level": [level],
             "trace_rate": [str(rate)],
@@ -128,28 +100,18 @@ class Tracing:
             else:
                 parsed[field] = _one_int(name, values, 1 if field == "rate" else -1)
         if model:
-            scope = self._models.get(model, _Scope())
-            self._models[model] = replace(scope, **parsed)  # type: ignore[arg-type]
-            self._counters.pop(model, None)
+            scope = self._sampling.models.get(model, Scope())
+            self._sampling.models[model] = replace(scope, **parsed)  # type: ignore[arg-type]
+            self._sampling.counters.pop(model, None)
         else:
             restored = {f: getattr(self._startup, f) if v is None else v for f, v in parsed.items()}
-            self._global = replace(self._global, **restored)  # type: ignore[arg-type]
-            self._counters.pop("", None)
+            self._sampling.base = replace(self._sampling.base, **restored)  # type: ignore[arg-type]
+            self._sampling.counters.pop("", None)
         self._refresh()
         return self.snapshot(model)
 
-    def _effective(self, model: str) -> tuple[str, int, int]:
-        scope = self._models.get(model) if model else None
-        if scope is None:
-            return self._global.level, self._global.rate, self._global.count
-        return (
-            self._global.level if scope.level is None else scope.level,
-            self._global.rate if scope.rate is None else scope.rate,
-            self._global.count if scope.count is None else scope.count,
-        )
-
     def _refresh(self) -> None:
-        levels = [self._global.level, *(s.level for s in self._models.values())]
+        levels = [self._sampling.base.level, *(s.level for s in self._sampling.models.values())]
         self.active = any(level not in (None, "OFF") for level in levels)
         if self.active and self._provider is None:
             self._start_provider()
@@ -159,25 +121,7 @@ class Tracing:
     def sample(self, model: str, parent_sampled: bool) -> bool:
         """Trace this request? A caller's sampled ``traceparent`` is always followed;
         otherwise 1 request in ``rate``, while ``count`` (if not -1) lasts."""
-        level, rate, count = self._effective(model)
-        if level == "OFF" or count == 0:
-            return False
-        scope = model if model in self._models else ""
-        if not parent_sampled:
-            seen = self._counters.get(scope, 0)
-            self._counters[scope] = seen + 1
-            if seen % rate:
-                return False
-        if count > 0:
-            self._spend(model, count - 1)
-        return True
-
-    def _spend(self, model: str, left: int) -> None:
-        scope = self._models.get(model)
-        if scope is not None and scope.count is not None:
-            self._models[model] = replace(scope, count=left)
-        else:
-            self._global = replace(self._global, count=left)
+        return self._sampling.sample(model, parent_sampled)
 
     # --- provider ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""service.datatypes: the BYTES wire form and the config <-> v2 datatype names."""
+"""wire.datatypes: the BYTES wire form and the config <-> v2 datatype names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inference import model_config_pb2 as mc
-from service import datatypes
+from wire import datatypes
 
 ALL_V2 = [
     "BOOL",

@@ -7,31 +7,27 @@ from typing import Any
 
 import pytest
 
-from gateway.access import GROUP_METHODS, Access
-from gateway.config import API_GROUPS, RestrictedApi, api_group_name, parse_args, restricted_apis
+from gateway.access import Access
+from gateway.config import parse_args
 from gateway.errors import GatewayError
 from gateway.handlers import Handlers
 from gateway.messages import HttpRequest
 from gateway.routes import load_routes
 from inference import grpc_service_pb2 as pb
-from service.config import PROTOCOL_GROUPS
-from service.handlers.access import GROUP_METHODS as SERVICE_GROUP_METHODS
+from wire.api_groups import API_GROUPS, GROUP_METHODS, Restriction, api_group_name
+from wire.api_groups import parse_restrictions as parse
 
 
-def test_groups_match_the_service() -> None:
-    assert API_GROUPS == PROTOCOL_GROUPS
-    assert GROUP_METHODS == SERVICE_GROUP_METHODS
+def restricted_apis(specs: list[str]) -> tuple[Restriction, ...]:
+    return parse(specs, "--http-restricted-api", "API")
 
 
 def test_group_names_come_from_the_proto_enum() -> None:
     """The flags' group names are the ApiGroup values' names, in the enum's order."""
     from inference.api_group_pb2 import ApiGroup
-    from service.flags import api_group_name as service_name
 
     assert api_group_name(ApiGroup.API_GROUP_SHARED_MEMORY) == "shared-memory"
-    values = [v for v in ApiGroup.values() if v]
-    assert [service_name(v) for v in values] == list(PROTOCOL_GROUPS)
-    assert [api_group_name(v) for v in values] == list(API_GROUPS)
+    assert [api_group_name(v) for v in ApiGroup.values() if v] == list(API_GROUPS)
 
 
 def test_every_route_belongs_to_a_group() -> None:
@@ -41,7 +37,7 @@ def test_every_route_belongs_to_a_group() -> None:
 
 def test_parse_restricted_specs() -> None:
     (rule,) = restricted_apis(["health, inference:My-Key=v=1"])
-    assert rule == RestrictedApi(frozenset({"health", "inference"}), "my-key", "v=1")
+    assert rule == Restriction(frozenset({"health", "inference"}), "my-key", "v=1")
     assert "v=1" not in repr(rule)
     with pytest.raises(ValueError, match="restricted twice"):
         restricted_apis(["health:a=1", "health,metadata:b=2"])

@@ -19,8 +19,8 @@ from gateway.generate import (
     render_generate,
 )
 from gateway.generate_stream import ERROR_CODE_PARAMETER, ERROR_CODES_METADATA, GenerateCall
-from gateway.tensors import serialize_bytes
 from inference import grpc_service_pb2 as pb
+from wire.datatypes import serialize_bytes_tensor as serialize_bytes
 
 
 def _metadata(*inputs: tuple[str, str, list[int]]) -> pb.ModelMetadataResponse:

@@ -12,17 +12,12 @@ import pytest
 
 from gateway.binary import BinaryReader, header_length, raw_binary_request, response_headers
 from gateway.errors import GatewayError
-from gateway.tensors import (
-    bf16_bits,
-    bf16_to_float32,
-    json_to_raw,
-    raw_to_json,
-    serialize_bytes,
-    split_bytes,
-)
+from gateway.tensors import json_to_raw, raw_to_json, split_bytes
 from gateway.v2_json import decode_infer, encode_infer
 from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
+from wire.datatypes import bf16_bits, bf16_to_float32
+from wire.datatypes import serialize_bytes_tensor as serialize_bytes
 
 # datatype -> (JSON data, the numpy array it must become)
 NUMERIC: dict[str, tuple[list[Any], np.ndarray]] = {

@@ -26,17 +26,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.app import GatewayApp
-from gateway.config import TRACE_EXPORTERS, GatewayConfig, TraceConfig, parse_args
-from gateway.config import parse_trace_config as gateway_parse
-from gateway.tracing import Tracing, make_exporter
+from gateway.config import GatewayConfig, parse_args
+from gateway.tracing import Tracing
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from inference import model_config_pb2 as mc
 from service.errors import ServerError
-from service.telemetry.settings import TRACE_EXPORTERS as SERVICE_EXPORTERS
-from service.telemetry.settings import TraceSettings
-from service.telemetry.settings import parse_trace_config as service_parse
 from service.telemetry.tracing import Tracing as ServiceTracing
+from wire.tracing import TRACE_EXPORTERS, TraceSettings, make_exporter, parse_trace_config
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -132,7 +129,7 @@ class Rig:
         return md
 
 
-async def _rig(trace: TraceConfig) -> tuple[Rig, Any]:
+async def _rig(trace: TraceSettings) -> tuple[Rig, Any]:
     service = RecordingService()
     server = grpc.aio.server()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
@@ -147,7 +144,7 @@ async def _rig(trace: TraceConfig) -> tuple[Rig, Any]:
 
 @pytest.fixture
 async def rig() -> AsyncIterator[Rig]:
-    rig, server = await _rig(TraceConfig(level="TIMESTAMPS", rate=1))
+    rig, server = await _rig(TraceSettings(level="TIMESTAMPS", rate=1))
     try:
         yield rig
     finally:
@@ -257,7 +254,7 @@ async def test_only_inference_routes_are_traced(rig: Rig) -> None:
 
 
 async def test_sampling_rate_and_count() -> None:
-    rig, server = await _rig(TraceConfig(level="TIMESTAMPS", rate=2, count=3))
+    rig, server = await _rig(TraceSettings(level="TIMESTAMPS", rate=2, count=3))
     try:
         for _ in range(4):  # no caller context: 1 in 2
             assert (await call(rig.app, "POST", "/v2/models/m/infer", INFER))[0] == 200
@@ -278,7 +275,7 @@ async def test_sampling_rate_and_count() -> None:
 
 
 async def test_a_sampled_caller_is_always_followed() -> None:
-    rig, server = await _rig(TraceConfig(level="TIMESTAMPS", rate=1000))
+    rig, server = await _rig(TraceSettings(level="TIMESTAMPS", rate=1000))
     try:
         for _ in range(3):
             assert (await call(rig.app, "POST", "/v2/models/m/infer", INFER, SAMPLED))[0] == 200
@@ -289,7 +286,7 @@ async def test_a_sampled_caller_is_always_followed() -> None:
 
 
 async def test_off_forwards_headers_unchanged_and_builds_no_provider() -> None:
-    rig, server = await _rig(TraceConfig())
+    rig, server = await _rig(TraceSettings())
     try:
         assert not rig.app.tracing.active
         assert (await call(rig.app, "POST", "/v2/models/m/infer", INFER, SAMPLED))[0] == 200
@@ -304,7 +301,7 @@ async def test_off_forwards_headers_unchanged_and_builds_no_provider() -> None:
 
 async def test_shutdown_flushes_the_batch_exporter() -> None:
     """Spans wait in a BatchSpanProcessor (5 s schedule); the app's shutdown exports them."""
-    rig, server = await _rig(TraceConfig(level="TIMESTAMPS", rate=1))
+    rig, server = await _rig(TraceSettings(level="TIMESTAMPS", rate=1))
     exporter = InMemorySpanExporter()
     rig.app.tracing = Tracing(rig.app.config.trace, BatchSpanProcessor(exporter))
     rig.app.tracing.start()
@@ -333,27 +330,33 @@ def test_exporters_are_built_from_the_flags() -> None:
         ("otlp-http", OTLPSpanExporter),
         ("otlp-grpc", GrpcExporter),
     ):
-        exporter = make_exporter(TraceConfig(exporter=name, url="http://127.0.0.1:9/v1/traces"))
+        exporter = make_exporter(TraceSettings(exporter=name, url="http://127.0.0.1:9/v1/traces"))
         try:
             assert isinstance(exporter, kind)
         finally:
             exporter.shutdown()
 
 
-SPECS = [
-    [],
-    ["level=TIMESTAMPS", "rate=5", "count=10"],
-    ["opentelemetry,exporter=console", "opentelemetry,url=collector:4318/v1/traces"],
-    ["mode=opentelemetry", "opentelemetry,resource=team=ml", "opentelemetry,exporter=otlp-grpc"],
-]
-
-
-@pytest.mark.parametrize("specs", SPECS)
-def test_trace_config_reads_as_the_services(specs: list[str]) -> None:
-    ours, theirs = gateway_parse(specs), service_parse(specs)
-    for name in ("level", "rate", "count", "exporter", "url", "resource"):
-        assert getattr(ours, name) == getattr(theirs, name), name
-    assert TRACE_EXPORTERS == SERVICE_EXPORTERS
+@pytest.mark.parametrize(
+    ("specs", "expected"),
+    [
+        ([], TraceSettings()),
+        (["level=TIMESTAMPS", "rate=5", "count=10"], TraceSettings("TIMESTAMPS", 5, 10)),
+        (
+            ["opentelemetry,exporter=console", "opentelemetry,url=collector:4318/v1/traces"],
+            TraceSettings(exporter="console", url="http://collector:4318/v1/traces"),
+        ),
+        (
+            ["mode=opentelemetry", "opentelemetry,resource=team=ml"],
+            TraceSettings(resource=(("team", "ml"),)),
+        ),
+    ],
+)
+def test_trace_config_grammar(specs: list[str], expected: TraceSettings) -> None:
+    """One grammar for both processes (wire.tracing), so one set of values sets both."""
+    assert parse_trace_config(specs) == expected
+    assert parse_args([f"--trace-config={spec}" for spec in specs]).trace == expected
+    assert set(TRACE_EXPORTERS) == {"otlp-http", "otlp-grpc", "console"}
 
 
 @pytest.mark.parametrize(
@@ -392,7 +395,7 @@ def test_trace_flags() -> None:
 @pytest.fixture
 async def off_rig() -> AsyncIterator[Rig]:
     """A gateway started with tracing off (no --trace-config)."""
-    rig, server = await _rig(TraceConfig())
+    rig, server = await _rig(TraceSettings())
     try:
         yield rig
     finally:
@@ -538,7 +541,7 @@ async def test_rejected_trace_setting_leaves_tracing_on(rig: Rig) -> None:
 def test_lazy_start_uses_the_gateways_exporter_flags() -> None:
     """Turned on by TraceSetting, a gateway started without tracing exports with its own
     (default) exporter flags; the service's url / exporter in the answer are not taken."""
-    tracing = Tracing(TraceConfig(exporter="console"))
+    tracing = Tracing(TraceSettings(exporter="console"))
     tracing.follow("", {}, {"trace_level": ["TIMESTAMPS"], "url": ["http://elsewhere:1/x"]})
     try:
         assert tracing.active and tracing.started

@@ -14,7 +14,6 @@ from test_shm_registry import Segment
 
 from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
-from service import datatypes
 from service.core.model import ModelState, ModelVersion, io_specs
 from service.core.server import EXTENSIONS, InferenceServer
 from service.errors import Internal, InvalidArgument, NotFound, ServerError
@@ -24,6 +23,7 @@ from service.shm import SharedMemoryRegistry
 from service.shm.binding import parse_parameters, uses_shared_memory
 from service.statistics import BatchTimings
 from service.types import InferRequest, InputTensor, RequestedOutput
+from wire import datatypes
 
 CONFIG = """
 name: "echo"

@@ -10,11 +10,13 @@ from grpc_health.v1 import health
 from server_process import DEFAULT_REPOSITORY
 
 from inference import grpc_service_pb2 as pb
-from service.config import PROTOCOL_GROUPS, RestrictedProtocol, parse_args
+from service.config import parse_args
 from service.handlers import access
 from service.handlers.servicer import InferenceServicer
 from service.telemetry.settings import parse_trace_config
 from trtis import grpc_service_pb2 as gs
+from wire.api_groups import API_GROUPS as PROTOCOL_GROUPS
+from wire.api_groups import Restriction
 
 BASE = ["--model-repository", str(DEFAULT_REPOSITORY)]
 
@@ -60,7 +62,7 @@ def test_restricted_protocols_parse_and_hide_the_value() -> None:
         ]
     )
     first, second = config.restricted
-    assert first == RestrictedProtocol(frozenset({"inference", "health"}), "infer-key", "s3cret")
+    assert first == Restriction(frozenset({"inference", "health"}), "infer-key", "s3cret")
     assert second.groups == {"model-repository"}
     assert "s3cret" not in repr(config)
 
@@ -175,8 +177,8 @@ def test_only_restricted_methods_are_wrapped() -> None:
     servicer = InferenceServicer(None, 1024)  # type: ignore[arg-type]
     health_servicer = health.aio.HealthServicer()
     rules = [
-        RestrictedProtocol(frozenset({"inference"}), "k", "v"),
-        RestrictedProtocol(frozenset({"health"}), "h", "w"),
+        Restriction(frozenset({"inference"}), "k", "v"),
+        Restriction(frozenset({"health"}), "h", "w"),
     ]
     guarded = access.restrict(servicer, health_servicer, rules)
     expected = ["ModelInfer", "ModelStreamInfer", "ServerLive", "ServerReady", "ModelReady"]

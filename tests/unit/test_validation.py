@@ -10,7 +10,6 @@ import pytest
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
-from service import datatypes
 from service.core.model import ModelState, ModelVersion, io_specs
 from service.core.server import STOPPING, InferenceServer
 from service.core.validation import build_outputs, prepare_job
@@ -24,6 +23,7 @@ from service.errors import (
 from service.scheduling.base import ExecutionResult, Job
 from service.statistics import BatchTimings
 from service.types import InferRequest, InputTensor, RequestedOutput, UInt64
+from wire import datatypes
 
 BATCHED = """
 name: "batched"

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
-from ... import datatypes
 from ...repository.completion import ModelSignature, internal_tensors
 from ...types import TensorSpec
 from ..base import InstanceSpec, RequestInstance

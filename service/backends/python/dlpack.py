@@ -16,7 +16,8 @@ import importlib
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from wire.datatypes import Array
 
 __all__ = [
     "CPU",
@@ -28,7 +29,6 @@ __all__ = [
     "import_dlpack",
 ]
 
-Array = npt.NDArray[Any]
 
 CPU, CUDA, CUDA_HOST = 1, 2, 3  # DLDeviceType values
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from wire.datatypes import Array, serialize_bytes_tensor, split_bytes
 
 from . import dlpack
 from .dlpack import DeviceTensor
@@ -23,7 +24,6 @@ __all__ = [
     "triton_to_numpy_type",
 ]
 
-Array = npt.NDArray[Any]
 # TRITONSERVER_DataType codes, as Tensor.triton_dtype() reports them.
 _CODE_TO_NUMPY: dict[int, type[Any]] = {
     1: np.bool_,
@@ -78,23 +78,16 @@ def triton_string_to_numpy(triton_type_string: str) -> type[Any]:
 
 
 def serialize_byte_tensor(input_tensor: Array) -> bytes:
-    """Triton's length-prefixed BYTES form (``str`` items as UTF-8)."""
-    parts: list[bytes] = []
-    for item in input_tensor.ravel(order="C"):
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    """Triton's length-prefixed BYTES form; items that are not ``bytes`` go as the UTF-8 of
+    their ``str``, as Triton's ``pb_utils`` does (a ``bytearray`` too)."""
+    items = input_tensor.ravel(order="C")
+    return serialize_bytes_tensor(
+        [item if isinstance(item, bytes) else str(item).encode("utf-8") for item in items]
+    )
 
 
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> Array:
-    items: list[bytes] = []
-    offset = 0
-    while offset < len(encoded_tensor):
-        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
-        offset += 4
-        items.append(bytes(encoded_tensor[offset : offset + length]))
-        offset += length
+    items = split_bytes(encoded_tensor)
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out

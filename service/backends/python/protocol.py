@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ...datatypes import deserialize_bytes_tensor, serialize_bytes_tensor
+from wire.datatypes import Array, deserialize_bytes_tensor, serialize_bytes_tensor
+
 from .shm import DEFAULT_POOL_BYTES, RegionInfo, RegionMaps, RegionPool
 
 __all__ = [
@@ -36,7 +37,6 @@ __all__ = [
     "WireRequest",
 ]
 
-Array = npt.NDArray[Any]
 Named = Sequence[tuple[str, Array]]
 
 DEFAULT_INLINE_LIMIT = 64 * 1024

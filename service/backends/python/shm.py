@@ -5,11 +5,11 @@ A region is an anonymous memory file (``memfd``): it has no name, so nothing is 
 writes a message's large tensors into one region and sends its descriptor the first time
 the region is used; both sides keep their mapping, so later uses cost neither a syscall nor
 page faults (fresh pages are what makes one-shot shared memory slow: see
-docs/decisions.md). The receiver hands out numpy views of the region; when the last view
-is garbage collected it notes the region as released, and that note rides on its next
-message back, after which the sender may reuse the region. Regions are sized in powers of
-two (1 MiB and up) within a per-pool byte budget; past the budget a message gets a
-one-shot region that dies with its views.
+docs/decisions/013-python-models-worker-processes.md). The receiver hands out numpy views
+of the region; when the last view is garbage collected it notes the region as released,
+and that note rides on its next message back, after which the sender may reuse the region.
+Regions are sized in powers of two (1 MiB and up) within a per-pool byte budget; past the
+budget a message gets a one-shot region that dies with its views.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy.typing as npt
-
 from .model_config import ModelConfig
 from .pb_core import (
     TRITON_STRING_TO_NUMPY,
@@ -56,7 +54,6 @@ __all__ = [
     "using_decoupled_model_transaction_policy",
 ]
 
-Array = npt.NDArray[Any]
 ConfigDict = dict[str, Any]
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1

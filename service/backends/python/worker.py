@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import wire
+
 from .protocol import Channel, ChannelClosed
 
 __all__ = ["WorkerDied", "WorkerProcess"]
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 _CONTROL_REPLIES = {"ready", "loaded", "initialized", "failed", "finalized"}
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding 'service'
+_WIRE_ROOT = str(Path(wire.__file__).resolve().parents[1])  # the folder holding 'wire'
 
 OnMessage = Callable[[tuple[Any, ...], int | None], None]
 OnExit = Callable[[str], None]
@@ -52,7 +55,8 @@ class WorkerProcess:
         self._exit_reason = ""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        paths = (_PACKAGE_ROOT, _WIRE_ROOT, env.get("PYTHONPATH"))
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
         try:
             self.process = subprocess.Popen(
                 [

@@ -1,8 +1,10 @@
-"""The v2 datatype table: wire name, numpy storage, element size, typed-contents field.
+"""The v2 datatype table: wire name, numpy storage, element size, typed-contents field; the
+BYTES wire form (4-byte little-endian length before each element) and BF16's bit patterns.
 
-One table serves decoding, validation, backends and encoding, so a datatype is added in
-exactly one place. BF16 has no numpy dtype without extra packages; it is stored as its raw
-16-bit pattern (``uint16``) and the datatype name travels beside the array.
+One table serves decoding, validation, backends and encoding in the service and the JSON
+conversions of the gateway, so a datatype is added in exactly one place. BF16 has no numpy
+dtype without extra packages; it is stored as its raw 16-bit pattern (``uint16``) and the
+datatype name travels beside the array.
 """
 
 from __future__ import annotations
@@ -17,14 +19,22 @@ import numpy.typing as npt
 
 __all__ = [
     "DATATYPES",
+    "Array",
+    "BytesFormatError",
     "DataType",
+    "bf16_bits",
+    "bf16_to_float32",
     "config_type_for",
     "datatype_from_config",
     "deserialize_bytes_tensor",
     "element_count",
     "lookup",
     "serialize_bytes_tensor",
+    "split_bytes",
 ]
+
+#: A tensor's values as numpy holds them (any dtype, any shape).
+Array = npt.NDArray[Any]
 
 
 @dataclass(frozen=True)
@@ -88,25 +98,53 @@ def element_count(shape: Iterable[int]) -> int:
 _LEN = struct.Struct("<I")
 
 
+class BytesFormatError(ValueError):
+    """A BYTES wire form that does not parse; ``offset`` is where, each caller words it."""
+
+    def __init__(self, reason: str, offset: int, length: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason  # "truncated length", "overrun" or "too many"
+        self.offset = offset
+        self.length = length
+
+
+def split_bytes(buffer: bytes | memoryview, limit: int | None = None) -> list[bytes]:
+    """The elements of a BYTES wire form. Stops with BytesFormatError at a truncated length
+    prefix, at an element that runs past the end, or once ``limit`` elements are followed
+    by more (a hostile buffer of tiny items stays cheap)."""
+    view = memoryview(buffer)
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end:
+        if len(items) == limit:
+            raise BytesFormatError("too many", offset)
+        if offset + 4 > end:
+            raise BytesFormatError("truncated length", offset)
+        (length,) = _LEN.unpack_from(view, offset)
+        if offset + 4 + length > end:
+            raise BytesFormatError("overrun", offset, length)
+        items.append(bytes(view[offset + 4 : offset + 4 + length]))
+        offset += 4 + length
+    return items
+
+
+_SERVICE_TEXTS = {
+    "truncated length": "truncated length prefix",
+    "overrun": "element runs past the end of the buffer",
+}
+
+
 def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int) -> npt.NDArray[np.object_]:
     """Split the 4-byte little-endian length-prefixed BYTES wire form into ``count`` items.
 
     Raises ValueError when the buffer does not hold exactly ``count`` well-formed items.
     """
-    view = memoryview(buffer)
-    items: list[bytes] = []
-    offset, end = 0, len(view)
-    while offset < end:
-        if len(items) == count:  # stop early: a hostile buffer of tiny items stays cheap
-            raise ValueError(f"holds more than {count} elements")
-        if offset + 4 > end:
-            raise ValueError("truncated length prefix")
-        (length,) = _LEN.unpack_from(view, offset)
-        offset += 4
-        if offset + length > end:
-            raise ValueError("element runs past the end of the buffer")
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
+    try:
+        items = split_bytes(buffer, count)
+    except BytesFormatError as error:
+        if error.reason == "too many":
+            raise ValueError(f"holds more than {count} elements") from None
+        raise ValueError(_SERVICE_TEXTS[error.reason]) from None
     if len(items) != count:
         raise ValueError(f"holds {len(items)} elements, expected {count}")
     out = np.empty(len(items), dtype=np.object_)
@@ -129,3 +167,17 @@ def serialize_bytes_tensor(values: Sequence[Any] | npt.NDArray[Any]) -> bytes:
         parts.append(_LEN.pack(len(data)))
         parts.append(data)
     return b"".join(parts)
+
+
+def bf16_bits(values: Array) -> Array:
+    """float values -> BF16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded[nan] = (bits[nan] >> np.uint32(16)) | np.uint32(0x0040)
+    return rounded.astype(np.uint16)
+
+
+def bf16_to_float32(bits: Array) -> Array:
+    """BF16 bit patterns -> float32 (exact)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
