@@ -21,23 +21,30 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import email.utils
 import http
 import logging
 import socket
 import ssl
 import struct
+import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import httptools
 
 from .errors import GatewayError
 from .messages import HttpRequest, HttpResponse, error_response
 
-if TYPE_CHECKING:
-    from .listener import HttpServer
-
-__all__ = ["IDLE_TIMEOUT", "MAX_HEADER_BYTES", "Connection", "Handler", "body_too_large"]
+__all__ = [
+    "IDLE_TIMEOUT",
+    "MAX_HEADER_BYTES",
+    "Connection",
+    "Handler",
+    "ServerState",
+    "body_too_large",
+]
 
 log = logging.getLogger("gateway.http")
 
@@ -92,10 +99,55 @@ class _Incoming:
         self.early: HttpResponse | None = None
 
 
+@dataclass(eq=False)
+class ServerState:
+    """What every connection of one HTTP server shares: the handler and limits, whether the
+    server is closing, the open connections and the requests being answered (which a drain
+    waits for). The listener owns it; connections read and update it."""
+
+    handler: Handler
+    max_body_bytes: int
+    log_requests: bool = False
+    idle_timeout: float = IDLE_TIMEOUT
+    ssl_context: ssl.SSLContext | None = None
+    closing: bool = False
+    in_flight: int = 0
+    connections: set[Connection] = field(default_factory=set)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    _date: tuple[int, bytes] = (0, b"")
+
+    def forget(self, connection: Connection) -> None:
+        with self.lock:
+            self.connections.discard(connection)
+
+    def date_line(self) -> bytes:
+        """The Date header, formatted once a second rather than per response."""
+        now = int(time.time())
+        if now != self._date[0]:
+            stamp = email.utils.formatdate(now, usegmt=True)
+            self._date = (now, f"date: {stamp}\r\n".encode("ascii"))
+        return self._date[1]
+
+    def request_started(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def request_finished(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.lock.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until no request is being answered (streams included); False on timeout."""
+        with self.lock:
+            return self.lock.wait_for(lambda: self.in_flight == 0, max(0.0, timeout))
+
+
 class Connection:
     """One client connection, served by its own thread: read, parse, answer in order."""
 
-    def __init__(self, server: HttpServer, sock: socket.socket) -> None:
+    def __init__(self, server: ServerState, sock: socket.socket) -> None:
         self._server = server
         self._sock = sock
         self._parser = httptools.HttpRequestParser(self)

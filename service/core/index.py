@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .model import ModelState
-
-if TYPE_CHECKING:
-    from .lifecycle import ModelEntry
+from .model import ModelEntry, ModelState
 
 __all__ = ["IndexEntry", "index_entries"]
 

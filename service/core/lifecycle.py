@@ -11,7 +11,6 @@ import asyncio
 import enum
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from inference import model_config_pb2 as mc
@@ -27,9 +26,9 @@ from ..scheduling.ensemble import StepRunner
 from .dependencies import dependency_waves, with_composing
 from .index import IndexEntry, index_entries
 from .loader import load_ensemble, load_version
-from .model import ModelState, ModelVersion
+from .model import ModelEntry, ModelState, ModelVersion
 
-__all__ = ["ControlMode", "IndexEntry", "ModelEntry", "ModelManager"]
+__all__ = ["ControlMode", "IndexEntry", "ModelManager"]
 
 log = logging.getLogger(__name__)
 
@@ -40,33 +39,6 @@ class ControlMode(enum.Enum):
     NONE = "none"
     EXPLICIT = "explicit"
     POLL = "poll"
-
-
-@dataclass
-class ModelEntry:
-    """A model name and its versions; ``reason`` is set when the model as a whole failed."""
-
-    name: str
-    directory: ModelDirectory
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    reason: str = ""
-    fingerprint: tuple[tuple[str, int, int], ...] = ()
-    staged: bool = False  # loaded from files sent with the load request
-    # No version to load under the version policy: Triton knows the model but has no
-    # version of it (a load failure, not a poll failure; left out of the index).
-    versionless: bool = False
-
-    def ready_versions(self) -> list[int]:
-        return sorted(v for v, m in self.versions.items() if m.ready)
-
-    @property
-    def failure(self) -> str:
-        """Why this entry cannot serve as a whole ('' when every version is ready)."""
-        if self.reason:
-            return self.reason
-        return "; ".join(
-            f"version {v}: {m.reason}" for v, m in sorted(self.versions.items()) if not m.ready
-        )
 
 
 def _poll_failed(name: str) -> str:

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from inference import model_config_pb2 as mc
 from wire import datatypes
 
+from ..repository.layout import ModelDirectory
 from ..scheduling.base import Scheduler
 from ..statistics import ModelStats
 from ..types import TensorSpec
 
-__all__ = ["IOSpec", "ModelState", "ModelVersion", "io_specs"]
+__all__ = ["IOSpec", "ModelEntry", "ModelState", "ModelVersion", "io_specs"]
 
 
 class ModelState(enum.Enum):
@@ -119,3 +120,30 @@ class ModelVersion:
             TensorSpec(s.name, s.datatype, s.full_shape(self.batched))
             for s in self.outputs.values()
         ]
+
+
+@dataclass
+class ModelEntry:
+    """A model name and its versions; ``reason`` is set when the model as a whole failed."""
+
+    name: str
+    directory: ModelDirectory
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    reason: str = ""
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
+    staged: bool = False  # loaded from files sent with the load request
+    # No version to load under the version policy: Triton knows the model but has no
+    # version of it (a load failure, not a poll failure; left out of the index).
+    versionless: bool = False
+
+    def ready_versions(self) -> list[int]:
+        return sorted(v for v, m in self.versions.items() if m.ready)
+
+    @property
+    def failure(self) -> str:
+        """Why this entry cannot serve as a whole ('' when every version is ready)."""
+        if self.reason:
+            return self.reason
+        return "; ".join(
+            f"version {v}: {m.reason}" for v, m in sorted(self.versions.items()) if not m.ready
+        )

@@ -13,8 +13,9 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+from wire.datatypes import Array
+
 from ..errors import Internal, ServerError
-from .base import Array
 
 __all__ = ["CollectingSender", "Response", "StreamSender"]
 
