@@ -1,7 +1,7 @@
 """The service's unary RPCs through its local socket (``--grpc-local-socket``).
 
 The same RPCs, messages and status codes as over gRPC, framed on a Unix socket instead of
-HTTP/2 (the service's ``handlers/local_rpc.py`` says why; ``wire.local_frames`` defines the
+HTTP/2 (the service's ``grpc_frontend/local_rpc.py`` says why; ``wire.local_frames`` defines the
 frames): a
 gRPC round trip between two Python processes costs several times the REST request it
 carries. Streams (generate_stream, decoupled models) stay on the gRPC channel.

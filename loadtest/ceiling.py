@@ -4,17 +4,13 @@ The session gets the server's settings for a one-instance CPU model (intra-op th
 ORT_ENABLE_ALL graph optimizations) so that served / ceiling isolates the cost of serving
 (gRPC, decoding, queueing, batching) from the cost of the model itself.
 
-    .venv/bin/python loadtest/ceiling.py --batch-sizes 1 8 32 64 --duration 3
-    .venv/bin/python loadtest/ceiling.py --model path/to/model.onnx --batch-sizes 16
+    .venv/bin/python -m loadtest ceiling --batch-sizes 1 8 32 64 --duration 3
+    .venv/bin/python -m loadtest ceiling --model path/to/model.onnx --batch-sizes 16
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,7 +21,6 @@ import onnxruntime as ort
 
 __all__ = ["CeilingPoint", "measure_ceiling", "session_threads"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MAX_RUNS_PER_ROUND = 100_000  # bounds a round whatever the clock does
 
 
@@ -118,45 +113,3 @@ def measure_ceiling(
             if batch not in best or point.samples_per_s > best[batch].samples_per_s:
                 best[batch] = point
     return [best[b] for b in batch_sizes]
-
-
-def write_mlp(directory: Path) -> Path:
-    """The benchmark MLP (3 x 1024 FP32, symbolic batch) from tests/models.py, as a file."""
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from models import mlp_model
-
-    path = directory / "mlp.onnx"
-    path.write_bytes(mlp_model(width=1024, layers=3, seed=0).SerializeToString())
-    return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", type=Path, help="ONNX file (default: the benchmark MLP)")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
-    p.add_argument("--duration", type=float, default=3.0, help="seconds per batch size")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best is kept")
-    p.add_argument("--threads", type=int, help="intra-op threads (default: cores)")
-    p.add_argument("--json", type=Path, help="also write the points as JSON here")
-    args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        model = args.model or write_mlp(Path(tmp))
-        points = measure_ceiling(
-            model,
-            args.batch_sizes,
-            duration=args.duration,
-            rounds=args.rounds,
-            threads=args.threads,
-        )
-    for pt in points:
-        print(
-            f"batch {pt.batch_size:4d}: {pt.samples_per_s:10.1f} samples/s "
-            f"({pt.ms_per_run:.3f} ms/run, {pt.runs} runs, {pt.threads} threads)"
-        )
-    if args.json:
-        args.json.write_text(json.dumps([pt.to_dict() for pt in points], indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

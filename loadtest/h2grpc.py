@@ -24,6 +24,7 @@ __all__ = [
     "grpc_body",
     "h2load",
     "h2load_output",
+    "h2load_rate",
     "have_h2load",
     "model_successes",
 ]
@@ -32,6 +33,7 @@ INSTALL_HINT = "h2load not found (Debian: apt-get install nghttp2-client)"
 MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
 _SUCCEEDED = re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded")
 _STATUS_2XX = re.compile(r"status codes: (\d+) 2xx")
+_FINISHED = re.compile(r"finished in [\d.]+s, ([\d.]+) req/s")
 
 
 def have_h2load() -> bool:
@@ -86,6 +88,12 @@ def h2load(url: str, body: Path, connections: int, streams: int, seconds: float)
     if found is None:
         raise RuntimeError(f"h2load reported no answers: {out}")
     return int(found.group(1))
+
+
+def h2load_rate(out: str) -> float:
+    """Requests per second in an h2load report (NaN when it has none)."""
+    found = _FINISHED.search(out)
+    return float(found.group(1)) if found else float("nan")
 
 
 def model_successes(url: str, model: str) -> int:

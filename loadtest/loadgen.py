@@ -8,30 +8,32 @@ are split over N spawned processes, each with its own channel, so that one clien
 is not the bottleneck. ModelStatistics is read at both ends of the window to get the mean
 executed batch size; a server without the statistics extension gives "n/a".
 
-    .venv/bin/python loadtest/loadgen.py --url 127.0.0.1:8001 --model NAME --concurrency 8
+    .venv/bin/python -m loadtest loadgen --url 127.0.0.1:8001 --model NAME --concurrency 8
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import multiprocessing as mp
-import sys
 import time
-from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import grpc
-from loadresult import ClientReport, LoadResult, LoadSpec, Observed, Timeline, merge_reports
-from metrics import machine_busy_seconds, tree_cpu_seconds
-from payloads import batch_of, infer_request, specs_from_metadata, synthesize
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from loadtest.loadresult import (
+    ClientReport,
+    LoadResult,
+    LoadSpec,
+    Observed,
+    Timeline,
+    merge_reports,
+)
+from loadtest.metrics import machine_busy_seconds, tree_cpu_seconds
+from loadtest.payloads import batch_of, infer_request, specs_from_metadata, synthesize
 
-__all__ = ["LoadResult", "LoadSpec", "build_request", "run_load"]
+__all__ = ["CHANNEL_OPTIONS", "LoadResult", "LoadSpec", "build_request", "run_load"]
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 READY_TIMEOUT_S = 60.0  # spawned clients must connect within this
@@ -244,42 +246,3 @@ async def run_load(
         else:
             reports, timeline, observed = await _run_processes(spec, request, stub)
     return merge_reports(spec, reports, timeline, observed, inferences)
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[LoadSpec, Path | None]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--url", default="127.0.0.1:8001", help="host:port of the gRPC server")
-    p.add_argument("--model", required=True)
-    p.add_argument("--concurrency", type=int, default=8, help="closed-loop workers in all")
-    p.add_argument("--duration", type=float, default=10.0, help="measured seconds")
-    p.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
-    p.add_argument("--processes", type=int, default=1, help="client processes")
-    p.add_argument("--max-requests", type=int, default=100_000, help="hard cap on requests sent")
-    p.add_argument("--timeout", type=float, default=30.0, help="per-request deadline, s")
-    p.add_argument("--batch", type=int, default=1, help="size of the leading -1 dimension")
-    p.add_argument("--dynamic-dim", type=int, default=16, help="size of other -1 dimensions")
-    p.add_argument("--server-pid", type=int, help="server PID, to report its CPU use")
-    p.add_argument("--json", type=Path, help="also write the result as JSON here")
-    args = p.parse_args(argv)
-    spec = LoadSpec(args.url, args.model)
-    spec = replace(spec, **{k: v for k, v in vars(args).items() if k in asdict(spec)})
-    return spec, args.json
-
-
-def main(argv: list[str] | None = None) -> int:
-    spec, json_path = parse_args(argv)
-    try:
-        result = asyncio.run(run_load(spec))
-    except grpc.aio.AioRpcError as exc:
-        print(f"loadgen: {exc.code().name}: {exc.details()}", file=sys.stderr)
-        return 2
-    print(result.summary())
-    if result.first_error:
-        print(f"first error: {result.first_error}", file=sys.stderr)
-    if json_path:
-        json_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return 1 if result.errors else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

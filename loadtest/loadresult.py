@@ -5,13 +5,11 @@ Kept apart from the driver so that reports and tables can use them without grpc.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from metrics import summarize_latencies
+from loadtest.metrics import summarize_latencies
 
 __all__ = [
     "ClientReport",
@@ -20,7 +18,6 @@ __all__ = [
     "Observed",
     "Timeline",
     "merge_reports",
-    "publish_report",
 ]
 
 
@@ -166,12 +163,3 @@ def merge_reports(
         sent=sum(r.sent for r in reports),
         capped=capped,
     )
-
-
-def publish_report(text: str, out: Path | None) -> None:
-    """Print a benchmark's markdown report, and keep it in ``out`` unless that is None
-    (a ``--quick`` run only prints)."""
-    print(text)
-    if out is not None:
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)

@@ -12,13 +12,13 @@ OUT_DIR=${1:-loadtest/results/cores}
 FRONTENDS=${MANY_FRONTENDS:-8}
 mkdir -p "$OUT_DIR"
 echo "== $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-echo "== scaling_bench: --frontends 1 vs $FRONTENDS"
-timeout "${SCALING_TIMEOUT:-300}" "$PY" loadtest/scaling_bench.py --modes 1 "$FRONTENDS" \
+echo "== scaling-bench: --frontends 1 vs $FRONTENDS"
+timeout "${SCALING_TIMEOUT:-300}" "$PY" -m loadtest scaling-bench --modes 1 "$FRONTENDS" \
     --rounds 2 --duration 5 --connections 32 --client-threads 4 --out "$OUT_DIR/scaling.md"
-echo "scaling_bench exit $?"
+echo "scaling-bench exit $?"
 for mode in "$FRONTENDS" 0; do
-    echo "== run_all --quick --width 4096 --processes 4, SERVICE_FRONTENDS=$mode"
-    SERVICE_FRONTENDS=$mode timeout "${RUN_ALL_TIMEOUT:-150}" "$PY" loadtest/run_all.py \
+    echo "== batching --quick --width 4096 --processes 4, SERVICE_FRONTENDS=$mode"
+    SERVICE_FRONTENDS=$mode timeout "${RUN_ALL_TIMEOUT:-150}" "$PY" -m loadtest batching \
         --quick --width 4096 --processes 4 --out-dir "$OUT_DIR/mlp4096_f$mode"
-    echo "run_all (SERVICE_FRONTENDS=$mode) exit $?"
+    echo "batching (SERVICE_FRONTENDS=$mode) exit $?"
 done

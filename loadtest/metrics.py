@@ -1,4 +1,10 @@
-"""Small measurement helpers shared by the load generator and the runner."""
+"""What the benchmarks measure on this machine: CPU of a process, of its whole tree and of
+its threads, the machine's busy time, resident memory, and latency percentiles.
+
+All from /proc, so that a server's cost is read the same way whatever drives it (h2load,
+the Python load generator, a real client); a split server spends most of its CPU in
+children, so the tree is the figure that counts.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ __all__ = [
     "loop_thread_seconds",
     "machine_busy_seconds",
     "process_cpu_seconds",
+    "rss_mb",
     "stat_fields",
     "summarize_latencies",
     "thread_cpu_seconds",
@@ -122,3 +129,15 @@ def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
 def loop_thread_seconds(pid: int) -> float:
     """CPU seconds of the first thread of ``pid``: in our servers, the event loop's."""
     return sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` in MiB (VmRSS), 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

@@ -9,7 +9,7 @@
 #
 #   --bundle   the parts of the pruned onnxruntime-gpu (default .whl-ort; none: use what is installed)
 #   --wheels   .whl/server and .whl/client wheels (default .whl; missing: use what is installed)
-#   --bench    loadtest/gpu_bench.py's size (default standard: c = 1, 8, 64, 128; 5 s windows)
+#   --bench    gpu-bench's size (python -m loadtest gpu-bench) (default standard: c = 1, 8, 64, 128; 5 s windows)
 #   --many-cores  then loadtest/many_cores.sh (needs h2load on PATH)
 #   --steps    run only these steps (setup always runs), e.g. --steps bench to measure again
 #   BENCH_FRONTENDS=N  the bench server's --frontends (default: one per core, serve.sh's layout)
@@ -22,8 +22,8 @@
 #   tensorrt    the TensorRT provider, or "skipped: <reason>"
 #   python_gpu  a Python model computing with PyTorch on the GPU (from_dlpack), CUDA shared memory
 #   nvml        nv_gpu_* metrics: memory grows with a loaded model, utilization > 0 under load
-#   probe       loadtest/gpu_probe.py: one execution's cost in the backend, without the server
-#   bench       loadtest/gpu_bench.py in the default layout (one frontend per core)
+#   probe       python -m loadtest gpu-probe: one execution's cost in the backend, without the server
+#   bench       python -m loadtest gpu-bench in the default layout (one frontend per core)
 #   many_cores  loadtest/many_cores.sh, only with --many-cores
 # The summary table (step, result, figure) is printed last and kept in DIR/summary.md; the exit
 # status is 0 when no step failed (a step skipped for a reason it names does not fail the run).
@@ -159,11 +159,11 @@ bench() {
   local args=(--concurrency 1 8 64 128 --duration 5 --warmup 2 --ceiling-s 1)
   case "$BENCH" in quick) args=(--quick) ;; full) args=() ;; esac
   # The server in its default layout (one frontend per core), as scripts/serve.sh starts it.
-  SERVICE_FRONTENDS=${BENCH_FRONTENDS:-$(nproc)} "$SERVER_PY" loadtest/gpu_bench.py "${args[@]}" \
+  SERVICE_FRONTENDS=${BENCH_FRONTENDS:-$(nproc)} "$SERVER_PY" -m loadtest gpu-bench "${args[@]}" \
     --out-dir "$OUT/gpu_bench" || return $?
   grep -E '^- (mlp|cnn) at c=' "$OUT/gpu_bench/report.md" | sed 's/^- /FIGURE: /'
 }
-probe() { "$SERVER_PY" loadtest/gpu_probe.py; }
+probe() { "$SERVER_PY" -m loadtest gpu-probe; }
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"

@@ -9,8 +9,8 @@ import signal
 
 from .config import ServerConfig
 from .exiting import exit_timeout_expired, leave
-from .handlers.inprocess import LocalCore, LocalLogs, LocalTracing
-from .handlers.server import GrpcFrontend
+from .grpc_frontend.aio_server import GrpcFrontend
+from .grpc_frontend.inprocess import LocalCore, LocalLogs, LocalTracing
 from .runtime import Runtime
 from .telemetry.logs import LogControl
 

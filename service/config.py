@@ -12,7 +12,7 @@ from wire.api_groups import Restriction, parse_restrictions
 
 from . import SERVER_ID
 from .flags import DEFAULT_MAX_MESSAGE_BYTES, build_parser, default_frontends
-from .handlers.header_forward import compile_forward_pattern
+from .grpc_frontend.header_forward import compile_forward_pattern
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LogSettings, TraceSettings, parse_trace_config

@@ -1,7 +1,7 @@
 """Transport-neutral errors raised anywhere below the protocol handlers.
 
 Each frontend owns exactly one table from ``ErrorCode`` to its own status
-(``service/handlers/status.py`` for gRPC), so the core never imports grpc.
+(``service/grpc_frontend/status_codes.py`` for gRPC), so the core never imports grpc.
 
 Exception tree::
 

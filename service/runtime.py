@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from .cache import ResponseCache
 from .config import ServerConfig
+from .core.inference_server import InferenceServer
 from .core.lifecycle import ControlMode, ModelManager
-from .core.server import InferenceServer
-from .core.status_table import model_table
+from .core.startup_table import model_table
 from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics

@@ -25,7 +25,7 @@ from typing import Any
 from .config import ServerConfig
 from .engine.main import run_engine
 from .frontend.main import run_frontend
-from .handlers.local_rpc import bind_local_socket, unlink_quietly
+from .grpc_frontend.local_rpc import bind_local_socket, unlink_quietly
 
 __all__ = ["supervise"]
 
@@ -57,7 +57,7 @@ def reserve_port(address: str, port: int) -> tuple[int, socket.socket]:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:  # Triton's one line (handlers/server.py)
+            if exc.errno == errno.EADDRINUSE:  # Triton's one line (grpc_frontend/aio_server.py)
                 raise OSError(
                     f"failed to start GRPC service: Socket '{address}:{port}' already in use"
                 ) from None

@@ -6,7 +6,7 @@ Frames, little-endian, each preceded by its size (u32, the bytes after it):
   answer: u8 status code    | u32 details length  | details (UTF-8) | response message
 Metadata is ``key\\0value\\0`` repeated (UTF-8). A connection carries one call at a time, so
 an answer needs no id. The service reads calls and writes answers
-(``service/handlers/local_rpc.py``), the gateway the other way (``gateway/local_rpc.py``).
+(``service/grpc_frontend/local_rpc.py``), the gateway the other way (``gateway/local_rpc.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The core API the protocol handlers see, as Protocols both process layouts satisfy.
 
 In one process (``--frontends 0``) the servicer talks to ``InferenceServer`` through the
-thin adapters in ``handlers/inprocess.py``; with ``--frontends N`` each frontend process
+thin adapters in ``grpc_frontend/inprocess.py``; with ``--frontends N`` each frontend process
 talks to the engine through ``frontend/client.EngineClient``. Control-plane methods are
 coroutines here because across processes every answer is a round trip; in process they
 return at once. A core method added later needs one line here and one in each adapter
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..telemetry.logs import LogValue
     from ..types import ExecutionRecord, InferRequest, InferResponse
     from .index import IndexEntry
-    from .server import ModelMetadata, ServerMetadata, VersionStats
+    from .inference_server import ModelMetadata, ServerMetadata, VersionStats
 
 __all__ = ["CoreApi", "LogSettingsApi", "RequestTracing", "TraceScope"]
 

@@ -24,7 +24,7 @@ from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
 from ..runtime import Runtime
 from ..telemetry.logs import LogControl
-from .server import EngineServer
+from .channel_server import EngineServer
 
 __all__ = ["run_engine"]
 

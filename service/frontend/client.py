@@ -38,7 +38,7 @@ from ..channel.messages import (
 )
 from ..channel.slabs import DEFAULT_ARENA_BYTES, Arena, ArenaMap
 from ..core.index import IndexEntry
-from ..core.server import ModelMetadata, ServerMetadata, VersionStats
+from ..core.inference_server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import Cancelled, Unavailable
 from ..scheduling.base import ExecutionResult
 from ..shm import CudaRegionStatus, SystemRegionStatus

@@ -22,7 +22,7 @@ from typing import Any
 from .. import loop
 from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
-from ..handlers.server import GrpcFrontend
+from ..grpc_frontend.aio_server import GrpcFrontend
 from ..telemetry.logs import LogControl
 from .client import EngineClient, RemoteLogs, RemoteTracing
 

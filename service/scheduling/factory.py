@@ -9,13 +9,13 @@ from inference import model_config_pb2 as mc
 
 from ..statistics import ModelStats
 from .base import Scheduler
-from .batching_config import prepare_dynamic_batching
 from .default import DefaultScheduler
-from .drain import DrainBatchScheduler, drains
-from .dynamic import DynamicBatchScheduler, ragged_inputs
+from .dynamic.batcher import DynamicBatchScheduler, ragged_inputs
+from .dynamic.config import prepare_dynamic_batching
+from .dynamic.drain import DrainBatchScheduler, drains
 from .hooks import DELAY_ENV, hold_count
 from .instances import InstancePool
-from .sequence import SequenceBatchScheduler
+from .sequence.batcher import SequenceBatchScheduler
 
 __all__ = ["create_scheduler"]
 

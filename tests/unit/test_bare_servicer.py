@@ -1,22 +1,18 @@
 """The benchmark's yardstick and its floors answer add_sub correctly in every variant.
 
-cpu_bench.py compares our server's CPU per request with these servicers; a floor that
+cpu-bench (loadtest) compares our server's CPU per request with these servicers; a floor that
 computed something else (or nothing) would make that comparison meaningless.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from inference import grpc_service_pb2 as pb
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
-import bare_servicer
+from loadtest.scenarios import bare_servicer
 
 
 class _Context:

@@ -12,8 +12,8 @@ import pytest
 from inference import model_config_pb2 as mc
 from service.errors import Unavailable
 from service.scheduling.base import Job
-from service.scheduling.batching_config import prepare_dynamic_batching
-from service.scheduling.queues import PriorityQueues, QueuePolicy
+from service.scheduling.dynamic.config import prepare_dynamic_batching
+from service.scheduling.dynamic.queues import PriorityQueues, QueuePolicy
 
 US = 1000
 MS = 1000 * US

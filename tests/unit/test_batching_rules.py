@@ -6,7 +6,7 @@ import numpy as np
 
 from inference import model_config_pb2 as mc
 from service.scheduling.base import Job
-from service.scheduling.policy import BatchPolicy, Decision
+from service.scheduling.dynamic.policy import BatchPolicy, Decision
 
 US = 1000  # ns per microsecond
 MS = 1000 * US

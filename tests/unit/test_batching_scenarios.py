@@ -16,9 +16,9 @@ import numpy as np
 from inference import model_config_pb2 as mc
 from service.errors import Unavailable
 from service.scheduling.base import Job
-from service.scheduling.batching_config import prepare_dynamic_batching
-from service.scheduling.policy import BatchPolicy
-from service.scheduling.queues import PriorityQueues
+from service.scheduling.dynamic.config import prepare_dynamic_batching
+from service.scheduling.dynamic.policy import BatchPolicy
+from service.scheduling.dynamic.queues import PriorityQueues
 
 MS = 1_000_000
 T0 = 1_000 * MS

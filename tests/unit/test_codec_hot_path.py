@@ -12,7 +12,7 @@ import pytest
 
 from inference import grpc_service_pb2 as pb
 from service.errors import InvalidArgument
-from service.handlers.codec import (
+from service.grpc_frontend.codec import (
     decode_infer_request,
     decode_parameters,
     encode_infer_response,

@@ -13,8 +13,8 @@ from test_dynamic_batcher import Doubler, config, request
 
 from service.errors import Internal, Unavailable
 from service.scheduling.base import Job
-from service.scheduling.drain import DrainBatchScheduler
-from service.scheduling.dynamic import DynamicBatchScheduler
+from service.scheduling.dynamic.batcher import DynamicBatchScheduler
+from service.scheduling.dynamic.drain import DrainBatchScheduler
 from service.scheduling.factory import create_scheduler
 from service.scheduling.instances import InstancePool, InstanceWorker
 from service.statistics import ModelStats

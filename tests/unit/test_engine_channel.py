@@ -24,9 +24,9 @@ from service.channel.messages import (
     encode_response,
 )
 from service.channel.slabs import INLINE_MAX, Arena, ArenaMap
+from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
-from service.core.server import InferenceServer
-from service.engine.server import EngineServer
+from service.engine.channel_server import EngineServer
 from service.errors import AlreadyExists, Internal, InvalidArgument, NotFound
 from service.frontend.client import EngineClient
 from service.telemetry.settings import TraceSettings

@@ -13,7 +13,7 @@ from gateway import header_forward as gateway_forward
 from gateway.config import parse_args as gateway_args
 from inference import grpc_service_pb2 as pb
 from service.config import parse_args as service_args
-from service.handlers import header_forward as service_forward
+from service.grpc_frontend import header_forward as service_forward
 from service.types import InferRequest
 from wire.header_forward import compile_forward_pattern
 

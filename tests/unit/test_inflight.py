@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ModelManager
-from service.core.server import InferenceServer
 from service.scheduling.inflight import InFlight
 
 

@@ -20,10 +20,10 @@ import pytest
 from inference import model_config_pb2 as mc
 from service import cache
 from service.cache import ResponseCache
-from service.core import server as server_module
+from service.core import inference_server as server_module
+from service.core.inference_server import InferenceServer
 from service.core.lifecycle import NOT_ALLOWED, ControlMode, IndexEntry, ModelManager
 from service.core.model import ModelState
-from service.core.server import InferenceServer
 from service.errors import Internal, InvalidArgument, NotFound, Unavailable
 from service.scheduling.base import Job
 from service.types import InferRequest, InputTensor

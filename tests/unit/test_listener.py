@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from service.handlers.listener import close_listeners
+from service.grpc_frontend.drain_listener import close_listeners
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/fd")
 

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loadtest"))
-import cpu_report
-import metrics
-import run_all
-import scaling_bench
+from loadtest import metrics
+from loadtest.scenario import parse
+from loadtest.scenarios import batching, cpu_bench, scaling_bench
 
 # A parent that idles while its child burns 0.4 s of CPU and then stays alive (only live
 # descendants are counted); the parent ends the child when its stdin closes.
@@ -84,14 +82,12 @@ def test_scaling_lines_set_each_mode_against_the_first() -> None:
 
 
 def test_mlp_parameters_reach_both_configs(tmp_path: Path) -> None:
-    args = run_all.parse_args(["--quick", "--mlp-parameter", "intra_op_thread_count=8"])
-    assert args.parameters == {"intra_op_thread_count": "8"}
-    run_all.WIDTH = 8  # a tiny MLP: only the config text matters here
-    try:
-        run_all.build_repository(tmp_path, 500, args.parameters)
-    finally:
-        run_all.WIDTH = 1024
-    for name in run_all.MLP_MODELS:
+    args = parse(batching.Batching, ["--quick", "--mlp-parameter", "intra_op_thread_count=8"])
+    parameters = dict(args.mlp_parameter)
+    assert parameters == {"intra_op_thread_count": "8"}
+    # a tiny MLP: only the config text matters here
+    batching.build_repository(tmp_path, 500, parameters, width=8)
+    for name in batching.MLP_MODELS:
         text = (tmp_path / name / "config.pbtxt").read_text()
         assert 'key: "intra_op_thread_count"' in text
         assert 'string_value: "8"' in text
@@ -100,7 +96,7 @@ def test_mlp_parameters_reach_both_configs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["novalue", "=8"])
 def test_mlp_parameter_without_key_and_value_is_refused(bad: str) -> None:
     with pytest.raises(SystemExit):
-        run_all.parse_args(["--mlp-parameter", bad])
+        parse(batching.Batching, ["--mlp-parameter", bad])
 
 
 class _Sample:
@@ -120,11 +116,11 @@ def test_cpu_targets_keep_only_what_the_run_measured() -> None:
         _Server("ours", {"add_sub": 230.0}, []),
         _Server("c7e75ef", {"add_sub": 240.0}, []),
     ]
-    lines = cpu_report._targets(servers, {"add_sub"})
+    lines = cpu_bench._targets(servers, {"add_sub"})
     assert lines[2:] == ["| add_sub c=8: ours / bare | 1.15 | ≤ 1.15 | yes |"]
     servers[1].samples["add_sub_batch"] = [_Sample(220.0)]
     servers[1].p50_ms, servers[2].p50_ms = [0.6], [0.55]
-    lines = cpu_report._targets(servers, {"add_sub", "add_sub_batch"})
+    lines = cpu_bench._targets(servers, {"add_sub", "add_sub_batch"})
     assert "| add_sub: batching c=32 vs unbatched c=8 (ours, µs/req) | 220 vs 230 |" in "\n".join(
         lines
     )

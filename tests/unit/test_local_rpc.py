@@ -1,4 +1,4 @@
-"""The local RPC socket: the service's server (handlers/local_rpc.py) against the gateway's
+"""The local RPC socket: the service's server (grpc_frontend/local_rpc.py) against the gateway's
 client (gateway/local_rpc.py), with stand-in method handlers on a loop in a thread."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 
 from gateway.local_rpc import LocalChannel, LocalRpcError, LocalStub
 from inference import grpc_service_pb2 as pb
-from service.handlers.local_rpc import LocalRpcServer, bind_local_socket
-from service.handlers.wire import parser
+from service.grpc_frontend.local_rpc import LocalRpcServer, bind_local_socket
+from service.grpc_frontend.registration import parser
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 PATH = "/inference.GRPCInferenceService/"

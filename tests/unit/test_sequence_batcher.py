@@ -19,13 +19,13 @@ from service.errors import InvalidArgument, Unavailable
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
-from service.scheduling.sequence import SequenceBatchScheduler
-from service.scheduling.sequence_tensors import (
+from service.scheduling.sequence.batcher import SequenceBatchScheduler
+from service.scheduling.sequence.slots import SequenceTable
+from service.scheduling.sequence.tensors import (
     build_sequence_inputs,
     control_specs,
     state_specs,
 )
-from service.scheduling.sequences import SequenceTable
 from service.statistics import ModelStats
 
 START_FLAG = "must specify the START flag"

@@ -19,7 +19,7 @@ from service.backends.base import BackendRequest, InstanceSpec, RequestInstance,
 from service.errors import Internal
 from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
-from service.scheduling.sequence import SequenceBatchScheduler
+from service.scheduling.sequence.batcher import SequenceBatchScheduler
 from service.statistics import ModelStats
 
 

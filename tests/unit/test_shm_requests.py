@@ -14,10 +14,10 @@ from test_shm_registry import Segment
 
 from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
+from service.core.inference_server import EXTENSIONS, InferenceServer
 from service.core.model import ModelState, ModelVersion, io_specs
-from service.core.server import EXTENSIONS, InferenceServer
 from service.errors import Internal, InvalidArgument, NotFound, ServerError
-from service.handlers.codec import decode_infer_request, encode_infer_response
+from service.grpc_frontend.codec import decode_infer_request, encode_infer_response
 from service.scheduling.base import ExecutionResult, Job
 from service.shm import SharedMemoryRegistry
 from service.shm.binding import parse_parameters, uses_shared_memory

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.core.index import IndexEntry
-from service.core.status_table import model_table
+from service.core.startup_table import model_table
 
 
 def test_model_table_lists_versions_states_and_reasons() -> None:

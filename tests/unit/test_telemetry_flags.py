@@ -11,8 +11,8 @@ from server_process import DEFAULT_REPOSITORY
 
 from inference import grpc_service_pb2 as pb
 from service.config import parse_args
-from service.handlers import access
-from service.handlers.servicer import InferenceServicer
+from service.grpc_frontend import access
+from service.grpc_frontend.servicer import InferenceServicer
 from service.telemetry.settings import parse_trace_config
 from trtis import grpc_service_pb2 as gs
 from wire.api_groups import API_GROUPS as PROTOCOL_GROUPS

@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from service.config import ServerConfig
+from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
-from service.core.server import InferenceServer
-from service.handlers.inprocess import LocalCore, LocalTracing
-from service.handlers.server import GrpcFrontend
+from service.grpc_frontend.aio_server import GrpcFrontend
+from service.grpc_frontend.inprocess import LocalCore, LocalTracing
 from service.telemetry.settings import TraceSettings
 from service.telemetry.spans import TracingStepRunner
 from service.telemetry.tracing import Tracing, make_exporter
@@ -361,7 +361,7 @@ async def test_untraced_decoupled_stream_is_unchanged(rig: Rig) -> None:
 
 def test_response_timings_never_reach_the_wire() -> None:
     """The core's timings ride on the response object only: the encoding ignores them."""
-    from service.handlers.codec import encode_infer_response
+    from service.grpc_frontend.codec import encode_infer_response
     from service.scheduling.base import ExecutionResult
     from service.statistics import BatchTimings
     from service.types import InferResponse, OutputTensor

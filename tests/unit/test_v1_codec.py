@@ -12,10 +12,10 @@ from google.protobuf import text_format, unknown_fields
 from inference import model_config_pb2 as mc
 from service.core.classification import top_classes
 from service.core.index import IndexEntry
+from service.core.inference_server import VersionStats
 from service.core.labels import read_labels
-from service.core.server import VersionStats
 from service.errors import ErrorCode, InvalidArgument, NotFound, ServerError
-from service.handlers.v1_codec import (
+from service.grpc_frontend.v1_codec import (
     V1_CODES,
     decode_v1_infer,
     encode_v1_infer,
@@ -23,7 +23,7 @@ from service.handlers.v1_codec import (
     v1_config,
     v1_version,
 )
-from service.handlers.v1_status import ApiStats, StatusFacts, server_status
+from service.grpc_frontend.v1_server_status import ApiStats, StatusFacts, server_status
 from service.statistics import BatchTimings, ModelStats
 from service.types import InferResponse, OutputTensor
 from trtis import api_pb2 as api

@@ -10,8 +10,8 @@ import pytest
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
+from service.core.inference_server import STOPPING, InferenceServer
 from service.core.model import ModelState, ModelVersion, io_specs
-from service.core.server import STOPPING, InferenceServer
 from service.core.validation import build_outputs, prepare_job
 from service.errors import (
     Internal,

@@ -1,0 +1,355 @@
+"""GPU scenario: served throughput with dynamic batching vs in-process onnxruntime CUDA.
+
+Builds two ONNX models that keep a GPU busy, an MLP (``--width`` 4096, 3 layers, FP32)
+and a small CNN (2 convolutions, 64x64 RGB input), serves each with
+``instance_group { kind: KIND_GPU }`` and ``dynamic_batching``, drives them closed-loop at
+each ``--concurrency`` (1 to 256) from ``--processes`` client processes, samples GPU
+utilization through NVML during every measured window, stops the server, then measures
+onnxruntime CUDA in this process at the batch sizes the server executed (the same IO
+binding the server uses, and plain ``session.run``; the better is the ceiling). Writes
+``results/gpu/report.md`` and ``results.json``; the target is served / in-process >= 0.8
+at concurrency 64.
+
+    .venv/bin/python -m loadtest gpu-bench            # about 6 minutes on one GPU
+    .venv/bin/python -m loadtest gpu-bench --quick    # smoke run, about 1 minute
+
+Without a usable GPU (no onnxruntime-gpu, no NVML GPU) it says why and exits with 2.
+``--device cpu`` runs the same plumbing on the CPU (KIND_CPU, CPU ceiling) to check the
+script itself on a machine without a GPU; its numbers say nothing about GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from models import make_model, mlp_model
+from onnx import TensorProto, helper, numpy_helper
+from server_process import ServerProcess
+
+from loadtest import RESULTS
+from loadtest.loadgen import LoadSpec, run_load
+from loadtest.report import write_json
+from loadtest.repository import batching, onnx_model, parameters
+from loadtest.scenario import Scenario, register
+from loadtest.scenarios.batching import ceiling_size
+from service.backends.onnxruntime.binding import BoundRunner, PinnedBuffers
+from service.gpus import inventory
+
+CUDA = "CUDAExecutionProvider"
+TARGET_CONCURRENCY, TARGET_RATIO = 64, 0.8
+MAX_BATCH = 256
+#: --conv-algo-search -> Triton's cudnn_conv_algo_search parameter value. EXHAUSTIVE (Triton's
+#: and onnxruntime's default) benchmarks every convolution algorithm the first time an instance
+#: sees an input shape; under dynamic batching every new batch size is a new shape.
+CONV_ALGO_SEARCH = {"exhaustive": 0, "heuristic": 1, "default": 2}
+
+
+def no_gpu_reason() -> str | None:
+    if CUDA not in ort.get_available_providers():
+        return f"onnxruntime {ort.__version__} has no CUDA provider (install onnxruntime-gpu)"
+    if not inventory().supported():
+        return "NVML finds no GPU (no driver, no nvidia-ml-py, or CUDA_VISIBLE_DEVICES hides it)"
+    return None
+
+
+def cnn_model(channels: int = 64, size: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """Conv 3->c/2 (3x3) + Relu, Conv c/2->c (3x3, stride 2) + Relu, global pool, Gemm c->10."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        data = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+        return numpy_helper.from_array(data, name)
+
+    half = channels // 2
+    inits = [
+        weight("w1", half, 3, 3, 3),
+        weight("w2", channels, half, 3, 3),
+        weight("fc", channels, 10),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["INPUT0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc"], ["OUTPUT0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 10])],
+        inits,
+    )
+    return make_model(graph)
+
+
+def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """mlp and cnn on the GPU (``KIND_CPU`` with ``--device cpu``) with dynamic batching."""
+    extra = batching(args.delay_us)
+    extra += "optimization { cuda { graphs: true } }\n" if args.cuda_graphs else ""
+    # Triton's parameter: 0 EXHAUSTIVE (the default), 1 HEURISTIC, 2 DEFAULT.
+    extra += parameters({"cudnn_conv_algo_search": str(CONV_ALGO_SEARCH[args.conv_algo_search])})
+    models = {
+        "mlp": (
+            mlp_model(width=args.width, layers=3),
+            [("INPUT0", "FP32", [args.width])],
+            [("OUTPUT0", "FP32", [args.width])],
+        ),
+        "cnn": (cnn_model(), [("INPUT0", "FP32", [3, 64, 64])], [("OUTPUT0", "FP32", [10])]),
+    }
+    kind = "KIND_GPU" if args.device == "gpu" else "KIND_CPU"
+    return {
+        name: onnx_model(
+            root,
+            name,
+            model,
+            inputs,
+            outputs,
+            max_batch_size=MAX_BATCH,
+            instance_kind=kind,
+            instance_count=args.instances,
+            extra=extra,
+        )
+        for name, (model, inputs, outputs) in models.items()
+    }
+
+
+class UtilizationSampler:
+    """NVML GPU utilization of device 0 every 0.2 s in a thread (None: NVML unavailable)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml: Any = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self._nvml = None
+
+    def __enter__(self) -> UtilizationSampler:
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            rate = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+            self.samples.append((time.time(), rate / 100))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def mean_after(self, start: float) -> float | None:
+        values = [u for t, u in self.samples if t >= start]
+        return sum(values) / len(values) if values else None
+
+
+async def serve_scenarios(url: str, pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    base = LoadSpec(
+        url=url,
+        model="",
+        duration=args.duration,
+        warmup=args.warmup,
+        processes=args.processes,
+        max_requests=args.max_requests,
+        server_pid=pid,
+    )
+    rows = []
+    for model in ("mlp", "cnn"):
+        for concurrency in sorted(args.concurrency):
+            spec = replace(base, model=model, concurrency=concurrency)
+            with UtilizationSampler() as sampler:
+                begin = time.time()
+                result = await run_load(spec)
+            row = result.to_dict()
+            row["gpu_utilization"] = sampler.mean_after(begin + args.warmup)
+            print(f"  {result.summary()}, gpu util {row['gpu_utilization']}", file=sys.stderr)
+            rows.append(row)
+    return rows
+
+
+def cuda_ceiling(
+    path: Path, sizes: list[int], seconds: float, device: str = "gpu", search: str = "exhaustive"
+) -> dict[int, dict[str, float]]:
+    """Best samples/s per batch size: plain session.run and the server's IO binding, with the
+    server's convolution algorithm search."""
+    options = ort.SessionOptions()
+    provider: Any = "CPUExecutionProvider"
+    if device == "gpu":
+        provider = (CUDA, {"cudnn_conv_algo_search": search.upper()})
+    session = ort.InferenceSession(str(path), options, providers=[provider])
+    assert session.get_providers()[0] in (CUDA, "CPUExecutionProvider"), session.get_providers()
+    arg = session.get_inputs()[0]
+    if device == "gpu":
+        runner = BoundRunner(session, "cuda", 0, PinnedBuffers())
+    else:
+        runner = BoundRunner(session)
+    out: dict[int, dict[str, float]] = {}
+    rng = np.random.default_rng(0)
+    for batch in sizes:
+        shape = [batch, *[int(d) for d in arg.shape[1:]]]
+        feed = {arg.name: rng.random(shape, dtype=np.float32)}
+        results = {}
+        calls = {
+            "run": lambda f=feed: session.run(None, f),
+            "io_binding": lambda f=feed: runner.run(f, [o.name for o in session.get_outputs()]),
+        }
+        for name, call in calls.items():
+            for _ in range(5):
+                call()
+            runs, start = 0, time.perf_counter()
+            while runs == 0 or time.perf_counter() - start < seconds:
+                call()
+                runs += 1
+            results[name] = batch * runs / (time.perf_counter() - start)
+        out[batch] = {**results, "best": max(results.values())}
+    runner.close()
+    return out
+
+
+def write_report(raw: dict[str, Any], out_dir: Path) -> str:
+    lines = [
+        f"# GPU benchmark: {raw['title']}",
+        "",
+        f"Command: `{raw['command']}`  ",
+        f"Device: {raw['device']}; onnxruntime {raw['onnxruntime']}",
+        "",
+        "| model | concurrency | infer/s | p50 ms | p99 ms | mean exec batch | GPU util | "
+        "in-process at that batch (samples/s) | served / in-process |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for row in raw["rows"]:
+        model, c = row["spec"]["model"], row["spec"]["concurrency"]
+        batch = row["mean_exec_batch"]
+        ceiling = raw["ceiling"][model].get(str(ceiling_size(batch))) if batch else None
+        ratio = row["infer_per_s"] / ceiling["best"] if ceiling else None
+        util = row["gpu_utilization"]
+        cells = [
+            model,
+            str(c),
+            f"{row['infer_per_s']:.0f}",
+            f"{row['latency_ms']['p50']:.2f}",
+            f"{row['latency_ms']['p99']:.2f}",
+            "n/a" if batch is None else f"{batch:.1f}",
+            "n/a" if util is None else f"{util:.0%}",
+            "n/a" if ceiling is None else f"{ceiling['best']:.0f}",
+            "n/a" if ratio is None else f"{ratio:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+        if c == TARGET_CONCURRENCY and ratio is not None:
+            met = "met" if ratio >= TARGET_RATIO else "NOT met"
+            verdicts.append(f"- {model} at c={c}: served / in-process {ratio:.2f} ({met}, >= 0.8)")
+    lines += ["", "## Target", "", *(verdicts or ["- no row at concurrency 64"]), ""]
+    lines += ["## In-process onnxruntime CUDA (samples/s)", ""]
+    for model, points in raw["ceiling"].items():
+        text = ", ".join(
+            f"batch {b}: run {p['run']:.0f}, io_binding {p['io_binding']:.0f}"
+            for b, p in points.items()
+        )
+        lines.append(f"- {model}: {text}")
+    report = "\n".join(lines) + "\n"
+    (out_dir / "report.md").write_text(report, encoding="utf-8")
+    return report
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    """The model options, shared with gpu-probe (which builds the same repository)."""
+    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--instances", type=int, default=2, help="instances on the GPU")
+    parser.add_argument("--delay-us", type=int, default=500)
+    parser.add_argument("--cuda-graphs", action="store_true", help="optimization.cuda.graphs")
+    parser.add_argument(
+        "--conv-algo-search",
+        choices=sorted(CONV_ALGO_SEARCH),
+        default="heuristic",
+        help="cudnn_conv_algo_search of the models and of the in-process ceiling (default "
+        "heuristic: exhaustive spends its search on every new batch size inside the windows)",
+    )
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help=argparse.SUPPRESS)
+
+
+@register
+class GpuBench(Scenario):
+    """GPU: served throughput with dynamic batching vs in-process onnxruntime CUDA."""
+
+    name = "gpu-bench"
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        add_bench_args(parser)
+        parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
+        parser.add_argument("--duration", type=float, default=10.0)
+        parser.add_argument("--warmup", type=float, default=3.0)
+        parser.add_argument("--processes", type=int, default=4, help="client processes")
+        parser.add_argument("--max-requests", type=int, default=1_000_000)
+        parser.add_argument("--ceiling-s", type=float, default=2.0)
+        parser.add_argument("--out-dir", type=Path, default=RESULTS / "gpu")
+        parser.add_argument("--quick", action="store_true", help="c=1,64; 3 s windows")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        if args.quick:
+            args.concurrency, args.duration, args.warmup, args.ceiling_s = [1, 64], 3.0, 1.0, 0.5
+            args.out_dir = args.out_dir / "quick"
+        reason = no_gpu_reason() if args.device == "gpu" else None
+        if reason is not None:
+            print(
+                f"gpu-bench: no usable GPU here: {reason}. Run it on a GPU machine "
+                "(docs/gpu.md, 'Benchmark').",
+                file=sys.stderr,
+            )
+            return 2
+        with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
+            files = build_repository(Path(tmp), args)
+            server = ServerProcess([Path(tmp)]).start(timeout=300)
+            try:
+                rows = asyncio.run(serve_scenarios(server.url, server.pid, args))
+            finally:
+                server_exit = server.stop(timeout=60)
+            ceiling = {}
+            for model, path in files.items():
+                batches = [r["mean_exec_batch"] for r in rows if r["spec"]["model"] == model]
+                sizes = sorted({ceiling_size(b) for b in batches if b} | {1})
+                points = cuda_ceiling(
+                    path, sizes, args.ceiling_s, args.device, args.conv_algo_search
+                )
+                ceiling[model] = {str(b): p for b, p in points.items()}
+        gpus = inventory().gpus()
+        device = f"{gpus[0].name} (compute capability {gpus[0].capability})" if gpus else "CPU"
+        raw = {
+            "title": f"MLP 3x{args.width} and CNN, {args.instances} GPU instances, "
+            f"delay {args.delay_us} us, conv algo search {args.conv_algo_search}"
+            + (", CUDA graphs" if args.cuda_graphs else ""),
+            "command": args.command,
+            "device": device if args.device == "gpu" else "CPU (--device cpu: plumbing check only)",
+            "onnxruntime": ort.__version__,
+            "server_exit": server_exit,
+            "rows": rows,
+            "ceiling": ceiling,
+        }
+        write_json(raw, args.out_dir / "results.json")
+        print(write_report(raw, args.out_dir))
+        errors = sum(r["errors"] for r in rows)
+        return 0 if server_exit == 0 and errors == 0 else 1

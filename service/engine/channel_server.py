@@ -1,0 +1,153 @@
+"""The engine's side of the channel: accepts frontend processes, answers their calls, and
+broadcasts what every frontend must follow (log settings, tracing on/off, shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..channel.framing import recv_hello, send_hello
+from ..channel.messages import EVENT
+from ..channel.slabs import DEFAULT_ARENA_BYTES, Arena, ArenaMap
+from ..core.inference_server import InferenceServer, VersionStats
+from ..grpc_frontend.inprocess import LocalCore
+from ..telemetry.logs import LogControl, LogValue
+from ..telemetry.tracing import Tracing
+from .connection import FrontendConnection
+
+__all__ = ["EngineServer"]
+
+log = logging.getLogger(__name__)
+
+_HANDSHAKE_SECONDS = 10.0
+
+
+class EngineServer:
+    def __init__(
+        self,
+        address: str,
+        core: InferenceServer,
+        tracing: Tracing,
+        logs: LogControl | None,
+        arena_bytes: int = DEFAULT_ARENA_BYTES,
+    ) -> None:
+        self.address = address
+        self._core = LocalCore(core)
+        self._tracing = tracing
+        self._logs = logs
+        self._arena_bytes = arena_bytes
+        self.connections: set[FrontendConnection] = set()
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._events: list[tuple[str, Any]] = []  # shutdown events, replayed to latecomers
+
+    async def start(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.address)
+        listener.listen(64)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept_forever())
+
+    async def _accept_forever(self) -> None:
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            try:
+                await self._welcome(sock)
+            except (OSError, ConnectionError, TimeoutError) as exc:
+                log.warning("a frontend failed its handshake: %s", exc)
+                sock.close()
+
+    async def _welcome(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        sock.settimeout(_HANDSHAKE_SECONDS)
+        hello, fds = await asyncio.to_thread(recv_hello, sock, 1)
+        requests = ArenaMap(fds[0], hello["arena_bytes"])
+        responses = Arena(self._arena_bytes, "engine-responses")
+        state = {
+            "arena_bytes": self._arena_bytes,
+            "logs": self._log_snapshot(),
+            "tracing": self._tracing.active,
+        }
+        await asyncio.to_thread(send_hello, sock, state, [responses.fd])
+        sock.setblocking(False)
+        name = f"{hello['index']} (pid {hello['pid']})"
+        connection = FrontendConnection(
+            name, self._core, self._tracing, self._call, requests, responses, self._closed
+        )
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(lambda: connection.channel, sock)
+        self.connections.add(connection)
+        for kind, value in self._events:
+            connection.send((EVENT, kind, value))
+        log.debug("frontend %s connected", name, extra={"verbose": 1})
+
+    def _closed(self, connection: FrontendConnection) -> None:
+        self.connections.discard(connection)
+        log.debug("frontend %s disconnected", connection.name, extra={"verbose": 1})
+
+    def broadcast(self, kind: str, value: Any = None, *, replay: bool = False) -> None:
+        """Send an event to every frontend; ``replay``: also to those that connect later."""
+        if replay:
+            self._events.append((kind, value))
+        for connection in self.connections:
+            connection.send((EVENT, kind, value))
+
+    async def wait_disconnected(self, seconds: float) -> None:
+        pending = [c.closed for c in self.connections]
+        if pending:
+            await asyncio.wait(pending, timeout=seconds)
+
+    async def close(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for connection in list(self.connections):
+            connection.channel.close()
+
+    # --- control-plane calls -------------------------------------------------------------
+
+    def _call(self, name: str, args: tuple[Any, ...]) -> Any:
+        """A frontend's call by name: the settings owned here, or the core API."""
+        if name == "log_settings":
+            return self._update_logs(*args)
+        if name == "trace_settings":
+            return self._update_tracing(*args)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        result = getattr(self._core, name)(*args)
+        if name == "model_statistics":
+            return self._statistics(result)
+        return result
+
+    @staticmethod
+    async def _statistics(pending: Any) -> list[VersionStats]:
+        """Counters only: the latency observer (locks, windows) stays here."""
+        entries: list[VersionStats] = await pending
+        return [
+            VersionStats(e.name, e.version, dataclasses.replace(e.stats, observer=None))
+            for e in entries
+        ]
+
+    def _log_snapshot(self) -> dict[str, LogValue] | None:
+        return None if self._logs is None else self._logs.snapshot()
+
+    def _update_logs(self, changes: Mapping[str, LogValue | None]) -> dict[str, LogValue]:
+        assert self._logs is not None  # frontends offer LogSettings only when we have logs
+        snapshot = self._logs.update(changes)
+        self.broadcast("logs", snapshot)
+        return snapshot
+
+    def _update_tracing(
+        self, changes: Mapping[str, Sequence[str]], model: str
+    ) -> dict[str, list[str]]:
+        settings = self._tracing.update(changes, model)
+        self.broadcast("tracing", self._tracing.active)
+        return settings

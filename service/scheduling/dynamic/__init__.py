@@ -1,0 +1,1 @@
+"""Dynamic batching: Triton's batching rule, its queues and the two drivers."""

@@ -1,0 +1,148 @@
+"""Dynamic batching formed by the instance threads themselves, for the plainest configs.
+
+With no preferred sizes, no queue delay, one priority level, no timeouts or queue bound,
+no preserve_ordering and no ragged inputs, Triton's rule reduces to: when an instance is
+free, it takes the queued requests in order while they fit ``max_batch_size`` and share
+their shapes. Here the free instance's thread applies that rule itself: each request is
+queued with a token in the instances' shared queue, and the thread that takes a token
+drains what is pending into one batch (tokens that find nothing left cost a lock). The
+loop does no batching step and the thread does not wait for one: a busy loop otherwise
+leaves the thread asleep between batches and then waiting for the GIL, which cost more
+than batching saved (docs/decisions/022-lean-request-path.md). Every other config goes
+to ``DynamicBatchScheduler``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from inference import model_config_pb2 as mc
+
+from ...errors import Unavailable
+from ...statistics import BatchTimings, ModelStats
+from ..abandoned import caller_left
+from ..base import ExecutionResult, Job
+from ..batch import JobOutputs, execute_batch
+from ..delivery import batch_failure, outcome_of, settle
+from ..inflight import InFlight
+from ..instances import SKIP, Instance, InstancePool
+
+__all__ = ["DrainBatchScheduler", "drains"]
+
+Clock = Callable[[], int]
+Outcome = tuple[list[Job], tuple[list[JobOutputs], BatchTimings] | None, BaseException | None]
+
+
+def drains(config: mc.ModelConfig, ragged: bool, hold: int) -> bool:
+    """Whether ``config``'s dynamic batching is the plain rule this scheduler applies
+    (``hold``: Triton's TRITONSERVER_DELAY_SCHEDULER count, a test hook)."""
+    batching = config.dynamic_batching
+    policy = batching.default_queue_policy
+    # The config's normalisation makes max_batch_size the one preferred size when none
+    # is given; then "fits max_batch_size" is the whole rule.
+    preferred = set(batching.preferred_batch_size) - {max(config.max_batch_size, 1)}
+    return not (
+        preferred
+        or batching.max_queue_delay_microseconds
+        or batching.preserve_ordering
+        or batching.priority_levels
+        or batching.priority_queue_policy
+        or policy.default_timeout_microseconds
+        or policy.allow_timeout_override
+        or policy.max_queue_size
+        or ragged
+        or hold
+    )
+
+
+class DrainBatchScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        pool: InstancePool,
+        stats: ModelStats,
+        clock: Clock = time.monotonic_ns,
+    ) -> None:
+        self._name = config.name
+        self._pool = pool
+        self._stats = stats
+        self._clock = clock
+        self._limit = max(config.max_batch_size, 1)
+        self._pending: deque[Job] = deque()
+        # Whether a thread took a job or its leaving caller dropped it is decided under
+        # this lock; the threads also drain ``_pending`` under it.
+        self._claims = threading.Lock()
+        self._inflight = InFlight()
+        self._stopping = False
+        pool.share_inbox()
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight.count
+
+    async def submit(self, job: Job) -> ExecutionResult:
+        if self._stopping:
+            raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
+        with self._inflight:
+            future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+            job.future = future
+            job.enqueue_ns = self._clock()
+            with self._claims:
+                self._pending.append(job)
+            self._pool.submit(self._drain, self._finished)
+            try:
+                return await future
+            except asyncio.CancelledError:
+                caller_left(self._stats, self._claims, job, future, self._clock())
+                raise
+
+    def _drain(self, instance: Instance) -> Outcome | object:
+        """In an instance thread: the pending jobs, in order, while they fit and agree."""
+        jobs: list[Job] = []
+        with self._claims:
+            pending = self._pending
+            total = 0
+            key = None
+            while pending:
+                job = pending[0]
+                if job.started:  # its caller left
+                    pending.popleft()
+                    continue
+                size = job.size
+                if jobs and (total + size > self._limit or job.shape_key() != key):
+                    break
+                pending.popleft()
+                job.started = True
+                jobs.append(job)
+                total += size
+                if key is None:
+                    key = job.shape_key()
+        if not jobs:
+            return SKIP
+        try:
+            return jobs, execute_batch(instance, jobs), None
+        except BaseException as exc:  # the batch's callers get it
+            return jobs, None, exc
+
+    def _finished(self, outcome: Outcome, error: BaseException | None) -> None:
+        assert outcome is not None, error  # _drain itself does not raise
+        jobs, done, failed = outcome
+        if done is None:
+            failure = batch_failure(failed)
+            for job in jobs:
+                settle(self._stats, job, failure, self._clock)
+            return
+        outputs, timings = done
+        self._stats.record_execution(sum(j.size for j in jobs), timings)
+        for job, out in zip(jobs, outputs, strict=True):
+            settle(self._stats, job, outcome_of(job, out, timings), self._clock)
+
+    async def stop(self) -> None:
+        """Refuse new jobs, let accepted ones finish, then free the instances."""
+        self._stopping = True
+        await self._inflight.drained()
+        await self._pool.aclose()

@@ -1,0 +1,1 @@
+"""The sequence batcher: slots per live sequence, control tensors, state."""

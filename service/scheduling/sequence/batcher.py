@@ -1,0 +1,353 @@
+"""The sequence batcher: stateful models get every request of a sequence on one instance.
+
+One asyncio task drives it, like the dynamic batcher. Direct: a batch holds one request
+per slot of an instance (empty slots are zero rows with READY false). Oldest: a batch holds
+the oldest waiting requests of that instance's candidate sequences, never two from one
+sequence, closed by the dynamic batcher's rule. Control tensors and implicit state are
+added in the instance's thread; the output state of request i is the input state of i+1.
+Request backends (Python models, built-ins) get the same tensors, one request per row
+(``sequence_requests.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from inference import model_config_pb2 as mc
+
+from ...backends.base import ModelInstance, RequestInstance
+from ...errors import InvalidArgument, Unavailable
+from ...statistics import BatchTimings, ModelStats
+from ..abandoned import count_if_delivered_too_late
+from ..base import Array, ExecutionResult, Job
+from ..batch import takes_requests, union_outputs
+from ..delivery import batch_failure, outcome_of, settle
+from ..dynamic.policy import BatchPolicy
+from ..hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
+from ..instances import InstancePool, InstanceWorker
+from .requests import RowOutputs, execute_request_rows
+from .slots import LiveSequence, SequenceTable
+from .tensors import build_sequence_inputs, control_specs, state_specs
+
+__all__ = ["SequenceBatchScheduler"]
+
+_CORRID = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
+Rows = list[Job | None]
+RowResult = tuple[list[RowOutputs], list[list[Array] | None], BatchTimings]
+
+
+class SequenceBatchScheduler:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        pool: InstancePool,
+        stats: ModelStats,
+        declared: Mapping[str, Sequence[int]],
+        model_path: Path,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        batching = config.sequence_batching
+        self._name = config.name
+        self._pool = pool
+        self._stats = stats
+        self._clock = clock
+        self._declared = dict(declared)
+        self._batched = config.max_batch_size > 0
+        self._controls = control_specs(batching)
+        self._states = state_specs(batching, model_path)
+        self._state_outputs = [s.output_name for s in self._states]
+        self._oldest = batching.WhichOneof("strategy_choice") == "oldest"
+        rows = max(config.max_batch_size, 1)
+        if self._oldest:
+            oldest = batching.oldest
+            capacity = oldest.max_candidate_sequences or rows
+            self._policy = BatchPolicy(
+                max_batch_size=rows,
+                preferred=tuple(sorted({p for p in oldest.preferred_batch_size if 0 < p <= rows})),
+                max_queue_delay_ns=oldest.max_queue_delay_microseconds * 1000,
+            )
+        else:
+            capacity = rows
+            self._policy = BatchPolicy(
+                max_batch_size=rows,
+                max_queue_delay_ns=batching.direct.max_queue_delay_microseconds * 1000,
+            )
+        self._min_utilization = batching.direct.minimum_slot_utilization
+        idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
+        self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
+        self._delay_count = hold_count(DELAY_ENV)
+        self._backlog_delay = hold_count(BACKLOG_DELAY_ENV)
+        self._driver = Driver(f"sequencer-{config.name}", self._step)
+        self._executing = 0
+        self._owners: dict[int, LiveSequence] = {}  # id(job) -> its sequence
+        self._inflight = 0
+        self._stopping = False  # unloading: sequences already started may still finish
+        self._closed = False
+        pool.on_release(self._driver.wake)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    async def submit(self, job: Job) -> ExecutionResult:
+        """Triton's order of checks: batch size, correlation ID, then the sequence flags."""
+        if self._closed or (self._stopping and job.sequence_start):
+            raise Unavailable(
+                "Server is stopping, scheduler for model has stopped accepting new "
+                "inference requests"
+            )
+        if job.batch_size > 1:
+            raise InvalidArgument(
+                f"inference request to model '{self._name}' must specify batch-size 1 due "
+                "to requirements of sequence batcher"
+            )
+        if job.correlation_id in (None, 0, ""):
+            raise InvalidArgument(
+                f"inference request to model '{self._name}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
+        self._check_correlation_id(job.correlation_id)
+        loop = asyncio.get_running_loop()
+        job.enqueue_ns = self._clock()
+        self._owners[id(job)] = self._table.accept(job, job.enqueue_ns)  # may raise
+        job.future = loop.create_future()
+        self._inflight += 1
+        self._driver.wake()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._driver.wake()
+            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
+            raise
+        finally:
+            self._inflight -= 1
+            self._owners.pop(id(job), None)
+
+    def continues_sequence(self, correlation_id: int | str) -> bool:
+        """Shutdown hook (base.SequenceHolder): a sequence in progress may finish."""
+        return any(s.cid == correlation_id and not s.ending for s in self._table.sequences())
+
+    def active_sequences(self) -> int:
+        """Shutdown hook (base.SequenceHolder): what the server's drain waits for."""
+        return len(self._table)
+
+    def _check_correlation_id(self, cid: int | str | None) -> None:
+        """The id must fit the CORRID control's type, or every row of its batch would fail."""
+        corrid = next((c for c in self._controls if c.kind == _CORRID), None)
+        if corrid is None:
+            return
+        if corrid.dtype == np.object_:
+            if not isinstance(cid, str):
+                raise InvalidArgument(
+                    f"inference request to model '{self._name}' must use a string sequence "
+                    f"ID: its CORRID control is TYPE_STRING, got {cid!r}"
+                )
+            return
+        info = np.iinfo(corrid.dtype)
+        if not isinstance(cid, int) or not info.min <= cid <= info.max:
+            raise InvalidArgument(
+                f"sequence ID {cid!r} for model '{self._name}' does not fit its CORRID control "
+                f"of type {corrid.dtype.name} [{info.min}, {info.max}]"
+            )
+
+    def _step(self) -> None:
+        now = self._clock()
+        self._drop_cancelled()
+        for sequence in self._table.expire_idle(now):
+            log.debug(
+                "model '%s': sequence %s: max sequence idle exceeded", self._name, sequence.cid
+            )
+        for sequence in self._table.expire_backlog(now):
+            self._reject(sequence)
+        if self._holding():
+            return
+        wait_until = None
+        for worker in self._pool.workers:
+            if not self._pool.is_free(worker.index):
+                continue
+            rows, due = self._rows(worker.index, now)
+            if rows:
+                taken = self._pool.take(worker.index)
+                assert taken is not None
+                self._dispatch(taken, rows)
+            elif due is not None and (wait_until is None or due < wait_until):
+                wait_until = due
+        due = self._table.next_deadline()
+        if due is not None and (wait_until is None or due < wait_until):
+            wait_until = due
+        self._driver.arm(wait_until, now)
+
+    def _reject(self, sequence: LiveSequence) -> None:
+        """A backlogged sequence timed out: its queued requests fail (Triton's text)."""
+        while sequence.pending:
+            job = sequence.pending.popleft()
+            if job.future is not None and not job.future.done():
+                job.future.set_exception(
+                    Unavailable("timeout of the corresponding sequence has been expired")
+                )
+
+    def _holding(self) -> bool:
+        """Triton's test hooks: hold scheduling until enough requests are queued."""
+        if self._delay_count:
+            if self._table.pending_count() < self._delay_count:
+                return True
+            self._delay_count = 0
+        if self._backlog_delay:
+            if self._table.backlog_count() < self._backlog_delay:
+                return True
+            self._backlog_delay = 0
+        return False
+
+    def _drop_cancelled(self) -> None:
+        now = self._clock()
+        for sequence in self._table.sequences():
+            gone = [j for j in sequence.pending if j.future is not None and j.future.done()]
+            for job in gone:
+                sequence.pending.remove(job)
+                self._stats.record_cancelled(now - job.enqueue_ns)
+            if gone and sequence.finished:
+                self._table.release(sequence)
+
+    def _rows(self, instance: int, now: int) -> tuple[Rows, int | None]:
+        """The batch this instance should run now (empty: none), or when to look again."""
+        rooms = self._table.rooms(instance)
+        if self._oldest:
+            heads = sorted(
+                (s.head for s in rooms if s is not None and s.head is not None),
+                key=lambda job: job.enqueue_ns,
+            )
+            heads = [j for j in heads if self._key(j) == self._key(heads[0])] if heads else []
+            decision = self._policy.decide(heads, now)
+            return list(heads[: decision.take]), decision.wait_until_ns
+        rows: Rows = [s.head if s is not None else None for s in rooms]
+        first = next((j for j in rows if j is not None), None)
+        if first is None:
+            return [], None
+        key = self._key(first)
+        rows = [j if j is not None and self._key(j) == key else None for j in rows]
+        ready = [j for j in rows if j is not None]
+        delay = self._policy.max_queue_delay_ns
+        if delay and len(ready) < self._min_utilization * len(rows):
+            due = min(j.enqueue_ns for j in ready) + delay
+            if now < due:
+                return [], due
+        while rows and rows[-1] is None:
+            rows.pop()
+        return rows, None
+
+    def _key(self, job: Job) -> tuple[object, ...]:
+        """Rows share an execution only when inputs and states agree in shape."""
+        sequence = self._sequence_of(job)
+        if sequence is not None and sequence.states is not None and not job.sequence_start:
+            states = tuple(a.shape for a in sequence.states)
+        else:
+            states = tuple(spec.initial.shape for spec in self._states)
+        return (job.shape_key(), states)
+
+    def _sequence_of(self, job: Job) -> LiveSequence | None:
+        return self._owners.get(id(job))
+
+    def _dispatch(self, worker: InstanceWorker, rows: Rows) -> None:
+        sequences = [self._sequence_of(job) if job is not None else None for job in rows]
+        for sequence in sequences:
+            if sequence is not None:
+                sequence.pending.popleft()
+                sequence.executing = True
+        # A START (also one that restarts a live sequence) begins from the initial state.
+        states = [
+            s.states if s is not None and j is not None and not j.sequence_start else None
+            for j, s in zip(rows, sequences, strict=True)
+        ]
+        outputs = [*union_outputs([j for j in rows if j is not None]), *self._state_outputs]
+        self._executing += 1
+
+        def work(instance: ModelInstance | RequestInstance) -> RowResult:
+            return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
+
+        execution = self._pool.launch(worker, work)
+        execution.add_done_callback(lambda done: self._finished(rows, sequences, done))
+
+    def _execute(
+        self,
+        instance: ModelInstance | RequestInstance,
+        rows: Rows,
+        states: list[list[Array] | None],
+        outputs: list[str],
+    ) -> RowResult:
+        start = self._clock()
+        inputs = build_sequence_inputs(
+            rows, states, self._controls, self._states, self._declared, self._batched
+        )
+        if takes_requests(instance):
+            # Request backends cannot hand back implicit state (Triton's python backend
+            # has no state API): every request of the sequence sees the initial state.
+            per_request, timings = execute_request_rows(
+                instance, rows, inputs, self._batched, start, self._clock
+            )
+            return per_request, [None] * len(rows), timings
+        input_end = self._clock()
+        results = cast(ModelInstance, instance).execute(inputs, outputs)
+        infer_end = self._clock()
+        per_row: list[RowOutputs] = []
+        new_states: list[list[Array] | None] = []
+        for index, job in enumerate(rows):
+            if job is None:
+                per_row.append(None)
+                new_states.append(None)
+                continue
+            pick = slice(index, index + 1) if self._batched else slice(None)
+            per_row.append({name: results[name][pick] for name in job.outputs})
+            new_states.append(
+                [
+                    (results[name][index] if self._batched else results[name]).copy()
+                    for name in self._state_outputs
+                ]
+            )
+        return per_row, new_states, BatchTimings(start, input_end, infer_end, self._clock())
+
+    def _finished(
+        self,
+        rows: Rows,
+        sequences: list[LiveSequence | None],
+        done: asyncio.Future[RowResult],
+    ) -> None:
+        self._executing -= 1
+        error = done.exception() if not done.cancelled() else Unavailable("execution cancelled")
+        if error is None:
+            outputs, new_states, timings = done.result()
+            self._stats.record_execution(sum(1 for j in rows if j is not None), timings)
+        for index, (job, sequence) in enumerate(zip(rows, sequences, strict=True)):
+            if job is None or sequence is None:
+                continue
+            sequence.executing = False
+            if error is None:
+                sequence.states = new_states[index]
+                out = outputs[index]
+                assert out is not None
+                settle(self._stats, job, outcome_of(job, out, timings), self._clock)
+            else:
+                settle(self._stats, job, batch_failure(error), self._clock)
+            if sequence.finished:
+                self._table.release(sequence)
+        self._driver.wake()
+
+    async def stop(self) -> None:
+        """Finish accepted requests, then stop the driver and free the instances."""
+        self._stopping = True
+        while self._table.busy() or self._executing:
+            self._driver.wake()
+            await asyncio.sleep(0.01)
+        self._closed = True
+        self._driver.close()
+        await self._pool.aclose()
