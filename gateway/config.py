@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wire.api_groups import API_GROUPS, Restriction, parse_restrictions
+from wire.header_forward import pattern_flag
 from wire.tracing import TRACE_EXPORTERS, TraceSettings, parse_trace_config
-
-from .header_forward import compile_forward_pattern
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -221,22 +220,10 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         exit_timeout_secs=opts.exit_timeout_secs,
         trace=trace,
         workers=opts.workers,
-        header_forward=_header_forward(parser, opts.http_header_forward_pattern),
+        header_forward=pattern_flag(
+            parser, "--http-header-forward-pattern", opts.http_header_forward_pattern
+        ),
     )
-
-
-def _header_forward(parser: argparse.ArgumentParser, text: str | None) -> re.Pattern[str] | None:
-    """An invalid pattern stops the start with exit code 1, as Triton's flag errors do."""
-    if text is None:
-        return None
-    try:
-        return compile_forward_pattern(text)
-    except re.error as exc:
-        parser.exit(
-            1,
-            f"{parser.prog}: error: --http-header-forward-pattern: invalid regular "
-            f"expression '{text}': {exc.msg}\n",
-        )
 
 
 def _https(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> HttpsConfig | None:

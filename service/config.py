@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wire.api_groups import Restriction, parse_restrictions
+from wire.header_forward import pattern_flag
 
 from . import SERVER_ID
 from .flags import DEFAULT_MAX_MESSAGE_BYTES, build_parser, default_frontends
-from .grpc_frontend.header_forward import compile_forward_pattern
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LogSettings, TraceSettings, parse_trace_config
@@ -174,22 +174,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         tls=tls,
         restricted=restricted,
         frontends=args.frontends,
-        header_forward=_header_forward(parser, args),
+        header_forward=pattern_flag(
+            parser, "--grpc-header-forward-pattern", args.grpc_header_forward_pattern
+        ),
     )
-
-
-def _header_forward(
-    parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> re.Pattern[str] | None:
-    """An invalid pattern stops the start with exit code 1, as Triton's flag errors do."""
-    text = args.grpc_header_forward_pattern
-    if text is None:
-        return None
-    try:
-        return compile_forward_pattern(text)
-    except re.error as exc:
-        parser.exit(
-            1,
-            f"{parser.prog}: error: --grpc-header-forward-pattern: invalid regular "
-            f"expression '{text}': {exc.msg}\n",
-        )

@@ -9,9 +9,10 @@ matching names onto its own request type (service: gRPC metadata; gateway: HTTP 
 
 from __future__ import annotations
 
+import argparse
 import re
 
-__all__ = ["CONSUMED", "compile_forward_pattern", "forwardable"]
+__all__ = ["CONSUMED", "compile_forward_pattern", "forwardable", "pattern_flag"]
 
 #: Parameters the server reads itself; they never reach a backend, and a header of that name
 #: is not forwarded (Triton passes it on as a plain string, which one map cannot express).
@@ -76,3 +77,18 @@ def _python_syntax(pattern: str) -> str:
 def compile_forward_pattern(pattern: str) -> re.Pattern[str]:
     """Triton's ``(?i)`` + pattern, in Python syntax. Raises ``re.error`` when invalid."""
     return re.compile(_python_syntax("(?i)" + pattern))
+
+
+def pattern_flag(
+    parser: argparse.ArgumentParser, flag: str, text: str | None
+) -> re.Pattern[str] | None:
+    """The compiled value of ``flag`` (None when not given). An invalid pattern stops the
+    start with exit code 1, as Triton's flag errors do."""
+    if text is None:
+        return None
+    try:
+        return compile_forward_pattern(text)
+    except re.error as exc:
+        parser.exit(
+            1, f"{parser.prog}: error: {flag}: invalid regular expression '{text}': {exc.msg}\n"
+        )
