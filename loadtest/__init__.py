@@ -1,12 +1,8 @@
 """The server's benchmarks as one tool: ``python -m loadtest <scenario> [options]``.
 
-Each scenario is a module of ``loadtest.scenarios``; what several of them use lives beside
-this file: process and process-tree CPU (``metrics``), the h2load driver (``h2grpc``), the
-closed-loop gRPC load generator (``loadgen``), the in-process ceiling (``ceiling``), the
-model repository (``repository``), the processes under test (``processes``) and the report
-writer (``report``). The benchmarks start and build the server the way the tests do, with
-``tests/server_process.py`` and ``tests/models.py``, so that folder goes on ``sys.path``
-here, once, for every module of the package. Run from the repository root.
+They start and build the server the way the tests do (``tests/server_process.py``,
+``tests/models.py``), so that folder goes on ``sys.path`` here, once. Run from the
+repository root.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from loadtest import scenarios  # noqa: F401  (registers every scenario)
 from loadtest.report import command
-from loadtest.scenario import SCENARIOS, add_parser
+from loadtest.scenario import SCENARIOS, add_parser, finish
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    args.command = command(argv)  # what a report names to reproduce it
-    code: int = args.scenario.run(args)
+    code: int = args.scenario.run(finish(args, command(argv)))
     return code
 
 

@@ -1,10 +1,9 @@
-"""Driving gRPC unary calls with h2load, and counting what a server answered.
+"""gRPC unary calls driven by h2load, and what a server counted.
 
-h2load (Debian's ``nghttp2-client``) is a C HTTP/2 load generator: it POSTs one prebuilt
-body over ``-c`` connections with ``-m`` streams each, so the client costs the shared
-cores little. A gRPC body is the serialized message behind a 5-byte frame prefix. h2load
-counts HTTP 2xx answers, and a failed gRPC call is still HTTP 200 (its status travels in
-the trailers), so successes are counted by the server's own statistics instead.
+h2load (Debian's ``nghttp2-client``) is a C HTTP/2 client: it POSTs one prebuilt body over
+``-c`` connections with ``-m`` streams each, so the client costs the shared cores little. A
+failed gRPC call is still HTTP 200 (its status is in the trailers), so successes are
+counted by the server's own statistics instead.
 """
 
 from __future__ import annotations
@@ -19,20 +18,9 @@ import grpc
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-__all__ = [
-    "INSTALL_HINT",
-    "grpc_body",
-    "h2load",
-    "h2load_output",
-    "h2load_rate",
-    "have_h2load",
-    "model_successes",
-]
-
 INSTALL_HINT = "h2load not found (Debian: apt-get install nghttp2-client)"
-MODEL_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
-_SUCCEEDED = re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded")
 _STATUS_2XX = re.compile(r"status codes: (\d+) 2xx")
+_SUCCEEDED = re.compile(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded")
 _FINISHED = re.compile(r"finished in [\d.]+s, ([\d.]+) req/s")
 
 
@@ -45,45 +33,26 @@ def grpc_body(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def h2load_output(
-    url: str,
-    body: Path,
-    connections: int,
-    streams: int,
-    seconds: float,
-    threads: int = 1,
+def h2load(
+    url: str, body: Path, connections: int, streams: int, seconds: float, threads: int = 1,
     warmup: float = 0.0,
-) -> str:
+) -> str:  # fmt: skip
     """POST ``body`` to ModelInfer for ``seconds`` (after ``warmup``); h2load's report."""
     command = [
-        "h2load",
-        f"http://{url}{MODEL_INFER_PATH}",
-        "-d",
-        str(body),
-        "-H",
-        "content-type: application/grpc",
-        "-H",
-        "te: trailers",
-        "-c",
-        str(connections),
-        "-m",
-        str(streams),
-        "-t",
-        str(max(1, min(threads, connections))),  # h2load wants a connection per thread
-        "-D",
-        f"{max(1, round(seconds * 1000))}ms",
+        *("h2load", f"http://{url}/inference.GRPCInferenceService/ModelInfer", "-d", str(body)),
+        *("-H", "content-type: application/grpc", "-H", "te: trailers"),
+        *("-c", str(connections), "-m", str(streams), "-D", f"{max(1, round(seconds * 1e3))}ms"),
+        *("-t", str(max(1, min(threads, connections)))),  # a connection per thread at least
+        *(("--warm-up-time", f"{round(warmup * 1e3)}ms") if warmup > 0 else ()),
     ]
-    if warmup > 0:
-        command += ["--warm-up-time", f"{round(warmup * 1000)}ms"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + warmup + 60)
     if done.returncode != 0:
         raise RuntimeError(f"h2load failed ({done.returncode}): {done.stdout}{done.stderr}")
     return done.stdout
 
 
-def h2load(url: str, body: Path, connections: int, streams: int, seconds: float) -> int:
-    """POST ``body`` to ModelInfer for ``seconds``; returns the HTTP 2xx answers."""
-    out = h2load_output(url, body, connections, streams, seconds)
+def answered(out: str) -> int:
+    """HTTP 2xx answers in an h2load report."""
     found = _STATUS_2XX.search(out) or _SUCCEEDED.search(out)
     if found is None:
         raise RuntimeError(f"h2load reported no answers: {out}")

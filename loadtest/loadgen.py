@@ -1,76 +1,195 @@
-"""Closed-loop gRPC load generator for ModelInfer (grpc.aio and the generated stub).
+"""The one closed-loop load generator of every scenario.
 
-Closed loop: C workers each send their next request only when the previous one returned, so
-the offered load follows the server and latency is never inflated by a client-side backlog.
-Requests completing in [warm-up end, warm-up end + duration] are counted; a hard cap on the
-requests sent bounds every run whatever the server does. With ``--processes N`` the workers
-are split over N spawned processes, each with its own channel, so that one client interpreter
-is not the bottleneck. ModelStatistics is read at both ends of the window to get the mean
-executed batch size; a server without the statistics extension gives "n/a".
-
-    .venv/bin/python -m loadtest loadgen --url 127.0.0.1:8001 --model NAME --concurrency 8
+C workers each send their next request when the previous one returned, so the offered load
+follows the server and no client-side queue inflates latency. Completions inside [warm-up
+end, warm-up end + duration] count; a cap on requests sent bounds every run. ``drive`` runs
+that loop over any awaitable calls (gRPC, REST, the engine's channel) and samples what the
+caller asks at both ends of the window; ``run_load`` drives ModelInfer from one or several
+spawned client processes and reads ModelStatistics and /proc around the window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import time
-from typing import Any
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
 
 import grpc
+import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
-from loadtest.loadresult import (
-    ClientReport,
-    LoadResult,
-    LoadSpec,
-    Observed,
-    Timeline,
-    merge_reports,
-)
-from loadtest.metrics import machine_busy_seconds, tree_cpu_seconds
-from loadtest.payloads import batch_of, infer_request, specs_from_metadata, synthesize
-
-__all__ = ["CHANNEL_OPTIONS", "LoadResult", "LoadSpec", "build_request", "run_load"]
+from loadtest.metrics import machine_busy_seconds, summarize_latencies, tree_cpu_seconds
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 READY_TIMEOUT_S = 60.0  # spawned clients must connect within this
+Call = Callable[[], Awaitable[object]]
+_INTS = [f"{u}INT{bits}" for u in ("U", "") for bits in (8, 16, 32, 64)]
+_DTYPES = {  # KServe v2 datatypes with a plain numpy dtype (BYTES and BF16 have none)
+    name: np.dtype(name.lower().replace("fp", "float")).newbyteorder("<")
+    for name in ("BOOL", "FP16", "FP32", "FP64", *_INTS)
+}
+DATATYPE = {dtype: name for name, dtype in _DTYPES.items()}
 
 
-def _channel(url: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(url, options=CHANNEL_OPTIONS)
+class InputSpec(NamedTuple):
+    """One model input as ModelMetadata reports it: -1 marks a variable dimension."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
 
 
-async def build_request(
-    stub: pb_grpc.GRPCInferenceServiceStub, spec: LoadSpec
-) -> tuple[pb.ModelInferRequest, int]:
-    """Request synthesized from the served signature, and the inferences it carries."""
-    meta = await stub.ModelMetadata(pb.ModelMetadataRequest(name=spec.model), timeout=10)
-    specs = specs_from_metadata(meta)
-    tensors = synthesize(specs, batch=spec.batch, dynamic_dim=spec.dynamic_dim)
-    return infer_request(spec.model, tensors), batch_of(specs, spec.batch)
+def synthesize(
+    specs: Iterable[InputSpec], batch: int = 1, dynamic_dim: int = 16, seed: int = 0
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Seeded random tensors (the same bytes in loadgen and in the ghz configs): the first -1
+    dimension is Triton's batch dimension and becomes ``batch``, later ones ``dynamic_dim``."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in specs:
+        if spec.datatype not in _DTYPES:
+            raise ValueError(f"input '{spec.name}': datatype {spec.datatype} is not supported")
+        dims = [d if d >= 0 else dynamic_dim for d in spec.shape]
+        if -1 in spec.shape:
+            dims[spec.shape.index(-1)] = batch
+        dtype = _DTYPES[spec.datatype]
+        if dtype.kind == "f":
+            out[spec.name] = rng.standard_normal(dims).astype(dtype)
+        else:
+            out[spec.name] = rng.integers(0, 2 if dtype.kind == "b" else 10, dims).astype(dtype)
+    return out
+
+
+def infer_request(model: str, tensors: Mapping[str, np.ndarray[Any, Any]]) -> pb.ModelInferRequest:
+    """A ModelInferRequest carrying ``tensors`` in ``raw_input_contents``."""
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in tensors.items():
+        request.inputs.add(name=name, datatype=DATATYPE[array.dtype], shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    return request
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What ``run_load`` runs; every field is an option of the ``loadgen`` scenario."""
+
+    url: str
+    model: str
+    concurrency: int = 8
+    duration: float = 10.0
+    warmup: float = 2.0
+    processes: int = 1
+    max_requests: int = 100_000
+    timeout: float = 30.0
+    batch: int = 1
+    dynamic_dim: int = 16
+    server_pid: int | None = None
+
+
+class Timeline(NamedTuple):
+    """Wall-clock (time.time) instants shared by all client processes."""
+
+    window_start: float
+    window_end: float
+
+
+@dataclass
+class ClientReport:
+    """One client process's view of the measured window (picklable)."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    first_error: str = ""
+    sent: int = 0
+    capped: bool = False
+    last_done: float = 0.0  # wall time of the last completion inside the window
+    cpu_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Throughput and latency of one ``run_load``."""
+
+    spec: LoadSpec
+    window_s: float
+    requests: int
+    inferences_per_request: int
+    errors: int
+    error_codes: dict[str, int]
+    first_error: str
+    latency_ms: dict[str, float]
+    mean_exec_batch: float | None
+    stats_note: str
+    client_cpu_cores: float
+    server_cpu_cores: float | None
+    machine_cpu_cores: float | None
+    sent: int
+    capped: bool
+    mean_exec_ms: float | None = None  # the model's compute per execution, in the server
+
+    @property
+    def req_per_s(self) -> float:
+        return self.requests / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def infer_per_s(self) -> float:
+        return self.req_per_s * self.inferences_per_request
+
+    @property
+    def other_cpu_cores(self) -> float | None:
+        """Cores used by other processes on the machine: noise in the measurement."""
+        if self.machine_cpu_cores is None or self.server_cpu_cores is None:
+            return None
+        return max(0.0, self.machine_cpu_cores - self.server_cpu_cores - self.client_cpu_cores)
+
+    def to_dict(self) -> dict[str, Any]:
+        derived = {"req_per_s": self.req_per_s, "infer_per_s": self.infer_per_s}
+        return {**asdict(self), **derived, "other_cpu_cores": self.other_cpu_cores}
+
+    def summary(self) -> str:
+        lat, batch = self.latency_ms, _fmt(self.mean_exec_batch)
+        return (
+            f"{self.spec.model} c={self.spec.concurrency}: {self.req_per_s:.1f} req/s, "
+            f"{self.infer_per_s:.1f} infer/s, p50/p90/p99 {lat['p50']:.2f}/{lat['p90']:.2f}/"
+            f"{lat['p99']:.2f} ms, errors {self.errors}, mean exec batch {batch} "
+            f"({_fmt(self.mean_exec_ms)} ms each), cpu client/server/others "
+            f"{self.client_cpu_cores:.2f}/{_fmt(self.server_cpu_cores)}/"
+            f"{_fmt(self.other_cpu_cores)} cores" + (" [CAPPED]" if self.capped else "")
+        )
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 async def _sleep_until(wall: float) -> None:
     await asyncio.sleep(max(0.0, wall - time.time()))
 
 
-async def _drive(
-    stub: pb_grpc.GRPCInferenceServiceStub,
-    request: pb.ModelInferRequest,
-    concurrency: int,
-    cap: int,
-    timeline: Timeline,
-    rpc_timeout: float,
-) -> ClientReport:
-    """Run ``concurrency`` closed-loop workers until the window ends or ``cap`` is sent."""
+async def _until_done(sampler: Awaitable[None], load: Awaitable[object]) -> None:
+    """Run the load with a sampler that waits for the window's end; a capped load ends
+    early, and the sampler with it."""
+    task = asyncio.ensure_future(sampler)
+    await load
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def closed_loop(calls: Sequence[Call], timeline: Timeline, cap: int) -> ClientReport:
+    """One worker per call until the window ends or ``cap`` requests were sent. A call that
+    raises counts as an error, by gRPC code or else by exception type."""
     report = ClientReport()
     offset = time.perf_counter() - time.time()  # wall -> perf_counter
     ws, we = timeline.window_start + offset, timeline.window_end + offset
 
-    async def worker() -> None:
+    async def worker(call: Call) -> None:
         while (t0 := time.perf_counter()) < we:
             if report.sent >= cap:
                 report.capped = True
@@ -78,10 +197,13 @@ async def _drive(
             report.sent += 1
             code = ""
             try:
-                await stub.ModelInfer(request, timeout=rpc_timeout)
+                await call()
             except grpc.aio.AioRpcError as exc:
-                code = exc.code().name
-                report.first_error = report.first_error or f"{code}: {exc.details()}"
+                code, detail = exc.code().name, exc.details()
+            except Exception as exc:  # a REST or engine call
+                code, detail = type(exc).__name__, str(exc)
+            if code:
+                report.first_error = report.first_error or f"{code}: {detail}"
             t1 = time.perf_counter()
             if ws <= t1 <= we:
                 if code:
@@ -93,42 +215,96 @@ async def _drive(
     async def cpu_sampler() -> None:
         await _sleep_until(timeline.window_start)
         before = time.process_time()
-        await _sleep_until(timeline.window_end)
-        report.cpu_s = time.process_time() - before
+        try:
+            await _sleep_until(timeline.window_end)
+        finally:  # at the window's end, or when the cap ended the run before it
+            report.cpu_s = time.process_time() - before
 
-    await asyncio.gather(cpu_sampler(), *(worker() for _ in range(concurrency)))
+    await _until_done(cpu_sampler(), asyncio.gather(*(worker(call) for call in calls)))
     return report
 
 
-async def _read_counts(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> tuple[int, int, int]:
-    """(inference_count, execution_count, compute_infer ns over all executions) summed
-    over versions; raises AioRpcError."""
+@dataclass(frozen=True)
+class Window:
+    """One window of ``drive``: the client's report, its length, and how much each value
+    ``sample`` returns changed over it (a process's CPU seconds, say)."""
+
+    report: ClientReport
+    seconds: float
+    deltas: tuple[float, ...]
+
+    @property
+    def requests(self) -> int:
+        return len(self.report.latencies_ms)
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+    def pct(self, q: float) -> float:
+        latencies = self.report.latencies_ms
+        return float(np.percentile(latencies, q)) if latencies else float("nan")
+
+    def per_request(self, index: int) -> float:
+        return self.deltas[index] / max(self.requests, 1)
+
+
+async def drive(
+    calls: Sequence[Call],
+    warmup: float,
+    duration: float,
+    cap: int = 200_000,
+    sample: Callable[[], tuple[float, ...]] = tuple,
+) -> Window:
+    """``calls`` closed-loop for ``warmup`` + ``duration`` seconds, ``sample`` read at both
+    ends of the measured window. Raises when a call failed: such a window measures errors."""
+    start = time.time()
+    timeline = Timeline(start + warmup, start + warmup + duration)
+    samples: list[tuple[float, ...]] = []
+    reports: list[ClientReport] = []
+
+    async def sampler() -> None:
+        await _sleep_until(timeline.window_start)
+        samples.append(sample())
+        try:
+            await _sleep_until(timeline.window_end)
+        finally:
+            samples.append(sample())
+
+    async def load() -> None:
+        reports.append(await closed_loop(calls, timeline, cap))
+
+    await _until_done(sampler(), load())
+    report = reports[0]
+    if report.errors:
+        raise RuntimeError(f"{report.errors.total()} calls failed; first: {report.first_error}")
+    seconds = report.last_done - timeline.window_start if report.capped else duration
+    deltas = tuple(b - a for a, b in zip(*samples, strict=True)) if len(samples) == 2 else ()
+    return Window(report, seconds, deltas)
+
+
+async def _statistics(stub: pb_grpc.GRPCInferenceServiceStub, model: str) -> tuple[int, ...]:
+    """(inference_count, execution_count, compute_infer ns) over all versions."""
     reply = await stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
     stats = list(reply.model_stats)
     compute = sum(b.compute_infer.ns for s in stats for b in s.batch_stats)
-    return (
-        sum(s.inference_count for s in stats),
-        sum(s.execution_count for s in stats),
-        compute,
-    )
+    return sum(s.inference_count for s in stats), sum(s.execution_count for s in stats), compute
 
 
 async def _observe(
     stub: pb_grpc.GRPCInferenceServiceStub, spec: LoadSpec, timeline: Timeline
-) -> Observed:
-    """What the server and the machine did over the window (stats and CPU use)."""
-    counts: list[tuple[int, int, int]] = []
-    server: list[float | None] = []
-    machine: list[float | None] = []
-    note = ""
-    for instant in (timeline.window_start, timeline.window_end):
+) -> dict[str, Any]:
+    """What the server and the machine did over the window (statistics and CPU): the
+    LoadResult fields of that name, None where unknown."""
+    counts, server, machine, note = [], [], [], ""
+    for instant in timeline:
         await _sleep_until(instant)
         machine.append(machine_busy_seconds())
         server.append(tree_cpu_seconds(spec.server_pid) if spec.server_pid else None)
         if note:
             continue
         try:
-            counts.append(await _read_counts(stub, spec.model))
+            counts.append(await _statistics(stub, spec.model))
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
@@ -141,34 +317,41 @@ async def _observe(
 
     mean_batch = mean_exec_ms = None
     if not note:
-        inferences, executions, compute_ns = (
-            b - a for a, b in zip(counts[0], counts[1], strict=True)
-        )
+        inferences, executions, compute_ns = (b - a for a, b in zip(*counts, strict=True))
+        note = "n/a (no executions counted in the window)"
         if executions > 0:
             mean_batch, note = inferences / executions, "ModelStatistics delta"
             mean_exec_ms = compute_ns / executions / 1e6
-        else:
-            note = "n/a (no executions counted in the window)"
-    return Observed(mean_batch, note, rate(server), rate(machine), mean_exec_ms)
+    return {
+        "mean_exec_batch": mean_batch,
+        "mean_exec_ms": mean_exec_ms,
+        "stats_note": note,
+        "server_cpu_cores": rate(server),
+        "machine_cpu_cores": rate(machine),
+    }
+
+
+def _stub_calls(
+    stub: pb_grpc.GRPCInferenceServiceStub, request: pb.ModelInferRequest, spec: LoadSpec, n: int
+) -> list[Call]:
+    return [lambda: stub.ModelInfer(request, timeout=spec.timeout)] * n
 
 
 def _child(
-    spec: LoadSpec, request_bytes: bytes, concurrency: int, cap: int, outbox: Any, go: Any
+    spec: LoadSpec, request: bytes, concurrency: int, cap: int, outbox: Any, go: Any
 ) -> None:
     """Spawned client process: connect, post None (ready), wait for the timeline, drive.
-
-    Posts its ClientReport when done, or a str describing why it failed, so that the parent
-    never waits on a dead child until its timeout.
-    """
+    Posts its ClientReport, or a str saying why it failed (the parent never waits on a
+    dead child until its timeout)."""
 
     async def main() -> ClientReport:
-        async with _channel(spec.url) as channel:
+        async with grpc.aio.insecure_channel(spec.url, options=CHANNEL_OPTIONS) as channel:
             await asyncio.wait_for(channel.channel_ready(), READY_TIMEOUT_S)
             outbox.put(None)
             timeline: Timeline = await asyncio.to_thread(go.get, True, READY_TIMEOUT_S)
-            request = pb.ModelInferRequest.FromString(request_bytes)
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            return await _drive(stub, request, concurrency, cap, timeline, spec.timeout)
+            message = pb.ModelInferRequest.FromString(request)
+            return await closed_loop(_stub_calls(stub, message, spec, concurrency), timeline, cap)
 
     try:
         outbox.put(asyncio.run(main()))
@@ -189,18 +372,14 @@ def _split(total: int, parts: int) -> list[int]:
 
 async def _run_processes(
     spec: LoadSpec, request: pb.ModelInferRequest, stub: pb_grpc.GRPCInferenceServiceStub
-) -> tuple[list[ClientReport], Timeline, Observed]:
+) -> tuple[list[ClientReport], Timeline, dict[str, Any]]:
     ctx = mp.get_context("spawn")  # fork would copy the parent's gRPC state
     outbox, go = ctx.Queue(), ctx.Queue()
     shares = [c for c in _split(spec.concurrency, spec.processes) if c > 0]
-    caps = _split(spec.max_requests, len(shares))
+    body = request.SerializeToString()
     procs = [
-        ctx.Process(
-            target=_child,
-            args=(spec, request.SerializeToString(), c, cap, outbox, go),
-            daemon=True,
-        )
-        for c, cap in zip(shares, caps, strict=True)
+        ctx.Process(target=_child, args=(spec, body, c, cap, outbox, go), daemon=True)
+        for c, cap in zip(shares, _split(spec.max_requests, len(shares)), strict=True)
     ]
     for proc in procs:
         proc.start()
@@ -227,22 +406,45 @@ async def _run_processes(
 async def run_load(
     spec: LoadSpec, request: pb.ModelInferRequest | None = None, inferences: int = 1
 ) -> LoadResult:
-    """Run one closed-loop measurement; the request is synthesized from metadata if None."""
+    """One closed-loop ModelInfer measurement; the request is synthesized from
+    ModelMetadata when None."""
     if spec.concurrency < 1 or spec.processes < 1 or spec.max_requests < 1:
         raise ValueError("concurrency, processes and max_requests must be >= 1")
-    async with _channel(spec.url) as channel:
+    async with grpc.aio.insecure_channel(spec.url, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         if request is None:
-            request, inferences = await build_request(stub, spec)
+            meta = await stub.ModelMetadata(pb.ModelMetadataRequest(name=spec.model), timeout=10)
+            specs = [InputSpec(t.name, t.datatype, tuple(t.shape)) for t in meta.inputs]
+            request = infer_request(spec.model, synthesize(specs, spec.batch, spec.dynamic_dim))
+            inferences = spec.batch if any(-1 in s.shape for s in specs) else 1
         await stub.ModelInfer(request, timeout=spec.timeout)  # fail fast on a bad setup
         if spec.processes == 1:
             start = time.time()
             timeline = Timeline(start + spec.warmup, start + spec.warmup + spec.duration)
+            calls = _stub_calls(stub, request, spec, spec.concurrency)
             report, observed = await asyncio.gather(
-                _drive(stub, request, spec.concurrency, spec.max_requests, timeline, spec.timeout),
-                _observe(stub, spec, timeline),
+                closed_loop(calls, timeline, spec.max_requests), _observe(stub, spec, timeline)
             )
             reports = [report]
         else:
             reports, timeline, observed = await _run_processes(spec, request, stub)
-    return merge_reports(spec, reports, timeline, observed, inferences)
+    latencies = [x for r in reports for x in r.latencies_ms]
+    errors: Counter[str] = sum((r.errors for r in reports), Counter())
+    planned = window = timeline.window_end - timeline.window_start
+    capped = any(r.capped for r in reports)
+    if capped:  # the window really ended when the last counted request came back
+        window = max(r.last_done for r in reports) - timeline.window_start
+    return LoadResult(
+        spec=spec,
+        window_s=max(window, 0.0),
+        requests=len(latencies),
+        inferences_per_request=inferences,
+        errors=errors.total(),
+        error_codes=dict(errors),
+        first_error=next((r.first_error for r in reports if r.first_error), ""),
+        latency_ms=summarize_latencies(latencies),
+        client_cpu_cores=sum(r.cpu_s for r in reports) / planned,
+        **observed,
+        sent=sum(r.sent for r in reports),
+        capped=capped,
+    )

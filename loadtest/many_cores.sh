@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# Issue 13's targets that need >= 8 cores, in one bounded run: add_sub throughput with
-# --frontends 8 against --frontends 1 (h2load, c=64 and the other scaling scenarios), and
-# the batching benchmark's ratio (b) (MLP 3 x 4096, c=64) with the server split into 8
-# frontends and in one process. Each step is bounded by `timeout`, so a hung step still
-# leaves the others' reports. From the repository root:
+# Issue 13's targets that need >= 8 cores, in one run: scaling-bench --frontends 8 vs 1, and
+# batching's ratio (b) (MLP 3 x 4096, c=64) split into 8 frontends and in one process. Each
+# step is bounded by `timeout`, so a hung step still leaves the others' reports.
 #
 #     loadtest/many_cores.sh [OUT_DIR]        # PYTHON (default .venv/bin/python), h2load on PATH
 set -uo pipefail

@@ -1,10 +1,6 @@
-"""The report writer: how every scenario names its command, prints and keeps its report.
-
-Each report under ``results/`` starts with the command that reproduces it, so the writer
-builds that line from the real argument list (``command``). Markdown tables, the machine
-description, the JSON beside a report and the throughput / p99 plot are written the same
-way by every scenario that has one.
-"""
+"""The report writer: every report under ``results/`` starts with the command that
+reproduces it (``command``, from the real argument list); tables, the machine, the JSON
+beside a report and the throughput / p99 plot are written alike by every scenario."""
 
 from __future__ import annotations
 
@@ -13,6 +9,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import REPO_ROOT
-
-__all__ = ["command", "machine_info", "plot", "publish", "short_commit", "table", "write_json"]
 
 
 def command(argv: Sequence[str]) -> str:
@@ -48,11 +43,21 @@ def write_json(raw: Mapping[str, Any], path: Path) -> None:
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
-    """A markdown table; ``align`` has one letter per column, ``r`` for right-aligned."""
-    rule = "".join("--:|" if a == "r" else "---|" for a in align.ljust(len(columns), "l"))
+    """A markdown table; ``align`` has one letter per column, ``r`` right, ``c`` centred."""
+    rules = {"r": "--:|", "c": ":-:|"}
+    rule = "".join(rules.get(a, "---|") for a in align[: len(columns)].ljust(len(columns), "l"))
     lines = ["| " + " | ".join(columns) + " |", "|" + rule]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return lines
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def median(values: Iterable[float]) -> float:
+    """The median, NaN for no values (a table cell says nan rather than the run failing)."""
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def loadavg() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def short_commit(ref: str = "HEAD") -> str:
@@ -84,7 +89,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         **{name: _version(name) for name in ("onnxruntime", "grpcio", "protobuf", "numpy")},
         "commit": short_commit() or "unknown",
-        "load average at start (1/5/15 min)": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "load average at start (1/5/15 min)": loadavg(),
     }
 
 

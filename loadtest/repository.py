@@ -1,11 +1,6 @@
-"""The model repositories of the benchmarks, written into a temporary folder per run.
-
-Three kinds of model cover every scenario: the default repository's add_sub (almost no
-compute: what serving one request costs), the built-in identity backend (no model at all,
-or a tensor of a chosen size), and ONNX models built by ``tests/models.py`` (the MLP,
-identity, a CNN), with the configs the tests write. Each builder takes the config
-details a scenario varies (name, max_batch_size, dynamic batching, parameters).
-"""
+"""The benchmarks' model repositories, written into a temporary folder per run: the
+default repository's add_sub (almost no compute: what serving one request costs), the
+built-in identity backend, and ONNX models of ``tests/models.py`` with the tests' configs."""
 
 from __future__ import annotations
 
@@ -17,9 +12,8 @@ from typing import Any
 from models import make_config, write_model
 from server_process import DEFAULT_REPOSITORY
 
-__all__ = ["ADD_SUB", "add_sub", "batching", "identity_backend", "onnx_model", "parameters"]
-
 ADD_SUB = DEFAULT_REPOSITORY / "add_sub"
+IoSpec = tuple[str, str, Sequence[int]]
 
 
 def batching(delay_us: int | None = 500) -> str:
@@ -49,13 +43,9 @@ def add_sub(
 
 
 def identity_backend(
-    root: Path,
-    name: str,
-    dims: str = "-1",
-    tensors: int = 1,
-    max_batch_size: int = 0,
+    root: Path, name: str, dims: str = "-1", tensors: int = 1, max_batch_size: int = 0,
     extra: str = "",
-) -> None:
+) -> None:  # fmt: skip
     """A model of the built-in identity backend: OUTPUT<i> = INPUT<i>, FP32 of ``dims``."""
 
     def io(kind: str) -> str:
@@ -69,17 +59,10 @@ def identity_backend(
     (root / name / "config.pbtxt").write_text(text, encoding="utf-8")
 
 
-IoSpec = tuple[str, str, Sequence[int]]
-
-
 def onnx_model(
-    root: Path,
-    name: str,
-    model: Any,
-    inputs: Sequence[IoSpec],
-    outputs: Sequence[IoSpec],
+    root: Path, name: str, model: Any, inputs: Sequence[IoSpec], outputs: Sequence[IoSpec],
     **config: Any,
-) -> Path:
+) -> Path:  # fmt: skip
     """An ONNX model (``tests/models.py``) with its config; returns its model.onnx."""
     write_model(root, name, model, make_config(name, inputs, outputs, **config))
     return root / name / "1" / "model.onnx"

@@ -1,17 +1,9 @@
-"""Real Triton clients at concurrency 1 on add_sub: each client's REST latency through the
-gateway against its own gRPC latency straight to the service (the gateway target:
-p50 REST <= 1.5 x p50 gRPC for each client).
-
-- ``tritonclient``: tritonclient.http (geventhttpclient) vs tritonclient.grpc, in the
-  client environment (``.venv-client``, or CLIENT_PYTHON), as a subprocess: tritonclient
-  needs protobuf < 7, the server environment has 7.
-- ``perf_analyzer``: Triton's own load tool (its HTTP client is libcurl), found as
-  PERF_ANALYZER or on PATH; loadtest/README.md says how to install one here.
-
-Each client's two paths alternate in rounds on the same service and gateway, so drift
-of a shared machine hits both; a figure is the median over rounds. A client that is not
-installed is reported as absent, not as a failure.
-"""
+"""Real Triton clients at concurrency 1 on add_sub: each client's p50 through the gateway
+against its own p50 over gRPC straight to the service, paths alternating in rounds (the
+gateway's target: REST <= 1.5 x gRPC per client). ``tritonclient`` runs in the client
+environment (``.venv-client`` or CLIENT_PYTHON: it needs protobuf < 7); ``perf_analyzer``
+is PERF_ANALYZER or on PATH (loadtest/README.md). A client not installed is reported as
+absent, not as a failure."""
 
 from __future__ import annotations
 
@@ -25,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtest import REPO_ROOT
-
-__all__ = ["ClientRatio", "measure_perf_analyzer", "measure_tritonclient"]
 
 
 @dataclass

@@ -1,39 +1,8 @@
-"""Every scenario of ``python -m loadtest``; importing this package registers them all."""
+"""Every scenario of ``python -m loadtest``: importing this package imports (registers)
+every module in it."""
 
-from loadtest.scenarios import (
-    bare_servicer,
-    batching,
-    ceiling,
-    cpu_bench,
-    engine_bench,
-    gateway_bench,
-    ghz,
-    gpu_bench,
-    gpu_probe,
-    hostile_bench,
-    loadgen,
-    python_backend_bench,
-    replicas_bench,
-    scaling_bench,
-    shm_bench,
-    v1_bench,
-)
+import importlib
+import pkgutil
 
-__all__ = [
-    "bare_servicer",
-    "batching",
-    "ceiling",
-    "cpu_bench",
-    "engine_bench",
-    "gateway_bench",
-    "ghz",
-    "gpu_bench",
-    "gpu_probe",
-    "hostile_bench",
-    "loadgen",
-    "python_backend_bench",
-    "replicas_bench",
-    "scaling_bench",
-    "shm_bench",
-    "v1_bench",
-]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,23 +1,11 @@
-"""The baseline: a bare grpc.aio GRPCInferenceService servicer and nothing else.
+"""The yardstick of cpu-bench: a bare grpc.aio GRPCInferenceService and nothing else.
 
-Class-based, the generated stubs from ``inference``, numpy on ``raw_input_contents``.
-It knows two kinds of model by name and nothing of configs, validation, schedulers or
-statistics beyond one counter:
-
-- ``add_sub*``: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (FP32);
-- ``identity*``: OUTPUT<i> = INPUT<i>, bytes as they came.
-
-Two switches turn the yardstick into floors for a server that keeps this project's rules:
-``--model-thread`` computes in one dedicated thread fed by a queue, the answer coming back
-by ``call_soon_threadsafe`` (the least a server pays for never running a model on its loop's
-thread), and ``--onnxruntime`` computes add_sub with an ONNX Runtime session on the
-default repository's model instead of numpy (what a real backend costs beyond numpy).
-
-ModelStatistics answers that counter (``inference_stats.success.count``,
-``inference_count``, ``execution_count``) so the load drivers count successes the same
-way for it as for the real server. The per-request cost of our server is compared with
-this one's in the same run (``cpu-bench``): the gap is what our path adds over what
-grpc.aio and numpy cost anyway.
+Class-based, the generated stubs, numpy on ``raw_input_contents``; it knows ``add_sub*``
+(OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1) and ``identity*`` (outputs = inputs)
+by name, and counts successes for ModelStatistics so that cpu-bench counts them alike for
+it and for ours. ``--model-thread`` (compute in one thread fed by a queue, as no model may
+run on a loop's thread) and ``--onnxruntime`` (add_sub by an ONNX Runtime session) make it
+the floors under a server that keeps this project's rules.
 
     .venv/bin/python -m loadtest bare-servicer --grpc-port 0 [--uvloop] [--model-thread]
         [--onnxruntime]  # logs the port
@@ -44,8 +32,7 @@ from loadtest.repository import ADD_SUB
 from loadtest.scenario import Scenario, register
 
 Context = grpc.aio.ServicerContext[Any, Any]
-OutputTensor = pb.ModelInferResponse.InferOutputTensor
-ADD_SUB_ONNX = ADD_SUB / "1" / "model.onnx"
+Output = pb.ModelInferResponse.InferOutputTensor
 Compute = Callable[[bytes, bytes, list[int]], tuple[bytes, bytes]]
 
 
@@ -60,12 +47,13 @@ def onnxruntime_add_sub() -> Compute:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(ADD_SUB_ONNX), options, providers=["CPUExecutionProvider"])
+    path = str(ADD_SUB / "1" / "model.onnx")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
     def run(x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
         feeds = {
-            "INPUT0": np.frombuffer(x, np.float32).reshape(shape),
-            "INPUT1": np.frombuffer(y, np.float32).reshape(shape),
+            n: np.frombuffer(v, np.float32).reshape(shape)
+            for n, v in (("INPUT0", x), ("INPUT1", y))
         }
         out0, out1 = session.run(["OUTPUT0", "OUTPUT1"], feeds)
         return out0.tobytes(), out1.tobytes()
@@ -84,8 +72,7 @@ class ModelThread:
     def _work(self) -> None:
         while True:
             loop, future, args = self._jobs.get()
-            result = self._compute(*args)
-            loop.call_soon_threadsafe(_settle, future, result)
+            loop.call_soon_threadsafe(_settle, future, self._compute(*args))
 
     async def __call__(self, x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
         loop = asyncio.get_running_loop()
@@ -112,48 +99,32 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
         name = request.model_name
         raw = list(request.raw_input_contents)  # each read of an element copies: read once
         if name.startswith("add_sub"):
-            tensor = request.inputs[0]
-            shape = list(tensor.shape)
+            shape = list(request.inputs[0].shape)
             if self._thread is None:
-                sum_, difference = self._compute(raw[0], raw[1], shape)
+                raw = list(self._compute(raw[0], raw[1], shape))
             else:
-                sum_, difference = await self._thread(raw[0], raw[1], shape)
-            response = pb.ModelInferResponse(
-                model_name=name,
-                model_version="1",
-                id=request.id,
-                outputs=[
-                    OutputTensor(name="OUTPUT0", datatype="FP32", shape=shape),
-                    OutputTensor(name="OUTPUT1", datatype="FP32", shape=shape),
-                ],
-                raw_output_contents=[sum_, difference],
-            )
+                raw = list(await self._thread(raw[0], raw[1], shape))
+            outputs = [Output(name=f"OUTPUT{i}", datatype="FP32", shape=shape) for i in (0, 1)]
         elif name.startswith("identity"):
-            response = pb.ModelInferResponse(
-                model_name=name,
-                model_version="1",
-                id=request.id,
-                outputs=[
-                    OutputTensor(
-                        name="OUTPUT" + t.name.removeprefix("INPUT"),
-                        datatype=t.datatype,
-                        shape=t.shape,
-                    )
-                    for t in request.inputs
-                ],
-                raw_output_contents=raw,
-            )
+            outputs = [
+                Output(
+                    name="OUTPUT" + t.name.removeprefix("INPUT"), datatype=t.datatype, shape=t.shape
+                )
+                for t in request.inputs
+            ]
         else:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{name}'")
         self.successes[name] += 1
-        return response
+        return pb.ModelInferResponse(
+            model_name=name, model_version="1", id=request.id, outputs=outputs,
+            raw_output_contents=raw,
+        )  # fmt: skip
 
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        names = [request.name] if request.name else sorted(self.successes)
         reply = pb.ModelStatisticsResponse()
-        for name in names:
+        for name in [request.name] if request.name else sorted(self.successes):
             count = self.successes[name]
             stats = reply.model_stats.add(
                 name=name, version="1", inference_count=count, execution_count=count
@@ -168,10 +139,11 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 async def serve(address: str, port: int, servicer: BareServicer) -> None:
+    limit = 2**31 - 1
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", 2**31 - 1),
-            ("grpc.max_send_message_length", 2**31 - 1),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
         ]
     )
@@ -181,9 +153,8 @@ async def serve(address: str, port: int, servicer: BareServicer) -> None:
     # The line our server logs, so one start-up helper serves both.
     logging.info("Started GRPCInferenceService at %s:%d", address, bound)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(1.0)
 
@@ -199,9 +170,7 @@ class BareServicerScenario(Scenario):
         p.add_argument("--grpc-address", default="127.0.0.1")
         p.add_argument("--grpc-port", type=int, default=8001)
         p.add_argument("--uvloop", action="store_true", help="run on uvloop (as our server does)")
-        p.add_argument(
-            "--model-thread", action="store_true", help="compute in one thread fed by a queue"
-        )
+        p.add_argument("--model-thread", action="store_true", help="compute in one thread")
         p.add_argument("--onnxruntime", action="store_true", help="add_sub by ONNX Runtime")
 
     @staticmethod

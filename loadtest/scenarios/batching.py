@@ -1,11 +1,8 @@
 """Does dynamic batching pay, and what does serving cost: every ratio from one run.
 
-Builds a model repository (the MLP, 3 x 1024 FP32 by default, without and with
-dynamic_batching, plus add_sub), starts the server on a free loopback port, runs the
-closed-loop scenarios (MLP batching off and on interleaved per concurrency, then add_sub
-at 1 and 8), stops the server with SIGTERM (exit code checked), measures the in-process
-onnxruntime ceiling with the server gone (so the two never share the cores), and writes
-report.md, throughput_p99.png and results.json (loadtest/README.md says what they mean).
+The MLP (3 x 1024 FP32 by default) without and with dynamic_batching, then add_sub, all
+closed-loop against one server; then, with the server gone, the in-process ceiling.
+Writes report.md, throughput_p99.png and results.json (loadtest/README.md).
 
     .venv/bin/python -m loadtest batching            # full run, about 5 minutes
     .venv/bin/python -m loadtest batching --quick    # smoke run, under 90 s
@@ -18,34 +15,34 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
 from models import mlp_model, mlp_reference
 from server_process import ServerProcess
 
+from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from loadtest import RESULTS
 from loadtest.ceiling import measure_ceiling
-from loadtest.loadgen import CHANNEL_OPTIONS, LoadSpec, build_request, run_load
-from loadtest.report import machine_info, plot, write_json
+from loadtest.loadgen import CHANNEL_OPTIONS, LoadSpec, run_load
+from loadtest.report import loadavg, machine_info, plot, table, write_json
 from loadtest.repository import add_sub, batching, onnx_model, parameters
-from loadtest.scenario import Scenario, register
+from loadtest.scenario import Scenario, register, window_args
 
 WIDTH, LAYERS, MAX_BATCH = 1024, 3, 64
 BATCH_ON, BATCH_OFF = "mlp_batch", "mlp_nobatch"
 MLP_MODELS = (BATCH_OFF, BATCH_ON)
 PLOT_NAME = "throughput_p99.png"
-
 Row = dict[str, Any]  # one LoadResult.to_dict()
+Points = Sequence[dict[str, Any]]  # CeilingPoint.to_dict() per batch size
 
 
 def build_repository(
@@ -63,20 +60,17 @@ def build_repository(
 
 
 async def check_outputs(url: str, width: int, layers: int) -> None:
-    """One request per MLP model, compared with the numpy reference: wrong answers fast are
-    not throughput."""
+    """One request per MLP model against the numpy reference: wrong answers fast are not
+    throughput."""
+    x = np.random.default_rng(0).standard_normal((1, width)).astype(np.float32)
     async with grpc.aio.insecure_channel(url, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         for model in MLP_MODELS:
-            request, _ = await build_request(stub, LoadSpec(url, model))
+            request = pb.ModelInferRequest(model_name=model, raw_input_contents=[x.tobytes()])
+            request.inputs.add(name="INPUT0", datatype="FP32", shape=x.shape)
             reply = await stub.ModelInfer(request, timeout=30)
-            x = np.frombuffer(request.raw_input_contents[0], "<f4").reshape(1, width)
-            if reply.raw_output_contents:
-                y = np.frombuffer(reply.raw_output_contents[0], "<f4").reshape(1, width)
-            else:
-                y = np.asarray(reply.outputs[0].contents.fp32_contents, "<f4").reshape(1, width)
-            expected = mlp_reference(x, width=width, layers=layers)
-            if not np.allclose(y, expected, rtol=1e-4, atol=1e-4):
+            y = np.frombuffer(reply.raw_output_contents[0], "<f4").reshape(1, width)
+            if not np.allclose(y, mlp_reference(x, width=width, layers=layers), 1e-4, 1e-4):
                 raise RuntimeError(f"{model}: served output differs from the numpy reference")
 
 
@@ -94,14 +88,8 @@ async def run_scenarios(base: LoadSpec, concurrencies: list[int]) -> list[Row]:
 
 
 def _find(rows: Sequence[Row], model: str, concurrency: int) -> Row | None:
-    return next(
-        (
-            r
-            for r in rows
-            if r["spec"]["model"] == model and r["spec"]["concurrency"] == concurrency
-        ),
-        None,
-    )
+    key = (model, concurrency)
+    return next((r for r in rows if (r["spec"]["model"], r["spec"]["concurrency"]) == key), None)
 
 
 def ceiling_size(mean_batch: float) -> int:
@@ -113,8 +101,7 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-@dataclass(frozen=True)
-class Ratio:
+class Ratio(NamedTuple):
     """One target of the issue: the measured value, the target, and whether it is met."""
 
     key: str
@@ -125,84 +112,54 @@ class Ratio:
     detail: str
 
 
-def compute_ratios(
-    rows: Sequence[Row], ceiling: Sequence[dict[str, Any]], delay_us: int
-) -> list[Ratio]:
+def compute_ratios(rows: Sequence[Row], ceiling: Points, delay_us: int) -> list[Ratio]:
     """(a) on/off throughput at max concurrency, (b) served / ceiling, (c) p99 cost at c=1."""
-    concurrencies = sorted(
-        {r["spec"]["concurrency"] for r in rows if r["spec"]["model"] == BATCH_ON}
-    )
-    lo, hi = concurrencies[0], concurrencies[-1]
+    cs = sorted({r["spec"]["concurrency"] for r in rows if r["spec"]["model"] == BATCH_ON})
+    lo, hi = cs[0], cs[-1]
     on_hi, off_hi = _find(rows, BATCH_ON, hi), _find(rows, BATCH_OFF, hi)
     on_lo, off_lo = _find(rows, BATCH_ON, lo), _find(rows, BATCH_OFF, lo)
     assert on_hi and off_hi and on_lo and off_lo
-    out = []
-
-    a = on_hi["infer_per_s"] / off_hi["infer_per_s"] if off_hi["infer_per_s"] else None
-    out.append(
-        Ratio(
-            "a",
-            f"batching on / off throughput at c={hi}",
-            a,
-            ">= 3.0",
-            None if a is None else a >= 3.0,
-            f"{on_hi['infer_per_s']:.1f} / {off_hi['infer_per_s']:.1f} infer/s",
-        )
-    )
-
+    served = on_hi["infer_per_s"]
+    a = served / off_hi["infer_per_s"] if off_hi["infer_per_s"] else None
     by_batch = {int(p["batch_size"]): float(p["samples_per_s"]) for p in ceiling}
-    mean_batch = on_hi["mean_exec_batch"]
+    mean_batch, b = on_hi["mean_exec_batch"], None
     if mean_batch is None:
-        refs = ", ".join(
-            f"vs ceiling@{b}: {on_hi['infer_per_s'] / s:.2f}" for b, s in sorted(by_batch.items())
-        )
-        b_val, b_detail = None, f"mean executed batch size unknown ({on_hi['stats_note']}); {refs}"
+        refs = ", ".join(f"vs ceiling@{k}: {served / v:.2f}" for k, v in sorted(by_batch.items()))
+        b_detail = f"mean executed batch size unknown ({on_hi['stats_note']}); {refs}"
     else:
         size = ceiling_size(mean_batch)
-        b_val = on_hi["infer_per_s"] / by_batch[size] if size in by_batch else None
+        b = served / by_batch[size] if size in by_batch else None
         b_detail = (
-            f"{on_hi['infer_per_s']:.1f} infer/s served vs {by_batch.get(size, float('nan')):.1f} "
-            f"samples/s in-process at batch {size} (mean executed batch {mean_batch:.2f})"
+            f"{served:.1f} infer/s served vs {by_batch.get(size, float('nan')):.1f} samples/s "
+            f"in-process at batch {size} (mean executed batch {mean_batch:.2f})"
         )
-    out.append(
-        Ratio(
-            "b",
-            f"served with batching (c={hi}) / in-process ceiling at the mean executed batch size",
-            b_val,
-            ">= 0.80",
-            None if b_val is None else b_val >= 0.8,
-            b_detail,
-        )
-    )
-
     budget = delay_us / 1000 + 2.0
     p99_on, p99_off = on_lo["latency_ms"]["p99"], off_lo["latency_ms"]["p99"]
     c = p99_on - p99_off
-    out.append(
+    p50 = on_lo["latency_ms"]["p50"] - off_lo["latency_ms"]["p50"]
+    return [
         Ratio(
-            "c",
-            f"p99 at c={lo}: batching on minus off (ms)",
-            c,
-            f"<= max_queue_delay + 2 ms = {budget:.1f} ms",
-            None if math.isnan(c) else c <= budget,
-            f"p99 {p99_on:.2f} ms on vs {p99_off:.2f} ms off "
-            f"(p50: {on_lo['latency_ms']['p50'] - off_lo['latency_ms']['p50']:+.2f} ms)",
-        )
-    )
-    return out
+            "a", f"batching on / off throughput at c={hi}", a, ">= 3.0",
+            None if a is None else a >= 3.0,
+            f"{served:.1f} / {off_hi['infer_per_s']:.1f} infer/s",
+        ),
+        Ratio(
+            "b",
+            f"served with batching (c={hi}) / in-process ceiling at the mean executed batch size",
+            b, ">= 0.80", None if b is None else b >= 0.8, b_detail,
+        ),
+        Ratio(
+            "c", f"p99 at c={lo}: batching on minus off (ms)", c,
+            f"<= max_queue_delay + 2 ms = {budget:.1f} ms", None if math.isnan(c) else c <= budget,
+            f"p99 {p99_on:.2f} ms on vs {p99_off:.2f} ms off (p50: {p50:+.2f} ms)",
+        ),
+    ]  # fmt: skip
 
 
-def cpu_budget(
-    rows: Sequence[Row], ceiling: Sequence[dict[str, Any]], cores: int | None
-) -> list[str]:
-    """Why ratio (b) is what it is: the CPU the cores must share, from this run's numbers.
-
-    Model CPU per sample is the ceiling's (``threads / samples_per_s``, its threads fully
-    busy); serving CPU per request is what the server and the client spent beyond that.
-    When model and serving share ``cores``, served throughput is at most
-    ``cores / (model + serving)``, i.e. ``served / ceiling <= cores / (threads + K * o)``
-    with K the ceiling's rate and o the serving CPU per request.
-    """
+def cpu_budget(rows: Sequence[Row], ceiling: Points, cores: int | None) -> list[str]:
+    """Why ratio (b) is what it is. The model needs ``threads / K`` CPU per sample (K the
+    ceiling's rate); what server and client spent beyond that per request is serving, o.
+    Sharing ``cores``, served / ceiling <= cores / (threads + K * o)."""
     hi = max((r["spec"]["concurrency"] for r in rows if r["spec"]["model"] == BATCH_ON), default=0)
     on = _find(rows, BATCH_ON, hi)
     if not on or not cores or on["mean_exec_batch"] is None:
@@ -230,93 +187,76 @@ def cpu_budget(
     ]
 
 
+LOAD_COLUMNS = (
+    "model c req/s infer/s p50_ms p90_ms p99_ms errors mean_exec_batch exec_ms "
+    "client_CPU_cores server_CPU_cores others'_CPU_cores server_CPU_ms/req counted"
+)
+
+
 def _load_table(rows: Sequence[Row]) -> list[str]:
-    lines = [
-        "| model | c | req/s | infer/s | p50 ms | p90 ms | p99 ms | errors | mean exec batch "
-        "| exec ms | client CPU cores | server CPU cores | others' CPU cores | server CPU ms/req "
-        "| counted |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
+    cells = []
     for r in rows:
-        lat = r["latency_ms"]
-        cap = " (capped)" if r["capped"] else ""
-        server, rate = r["server_cpu_cores"], r["req_per_s"]
+        lat, server, rate = r["latency_ms"], r["server_cpu_cores"], r["req_per_s"]
         per_req = server * 1e3 / rate if server is not None and rate > 0 else None
-        lines.append(
-            f"| {r['spec']['model']} | {r['spec']['concurrency']} | {r['req_per_s']:.1f} "
-            f"| {r['infer_per_s']:.1f} | {_fmt(lat['p50'])} | {_fmt(lat['p90'])} "
-            f"| {_fmt(lat['p99'])} | {r['errors']} | {_fmt(r['mean_exec_batch'])} "
-            f"| {_fmt(r.get('mean_exec_ms'), 3)} | {_fmt(r['client_cpu_cores'])} "
-            f"| {_fmt(server)} | {_fmt(r['other_cpu_cores'])} "
-            f"| {_fmt(per_req, 3)} "
-            f"| {r['requests']}{cap} |"
+        cells.append(
+            [
+                *(r["spec"]["model"], r["spec"]["concurrency"], f"{rate:.1f}"),
+                *(f"{r['infer_per_s']:.1f}", *(_fmt(lat[p]) for p in ("p50", "p90", "p99"))),
+                *(r["errors"], _fmt(r["mean_exec_batch"]), _fmt(r.get("mean_exec_ms"), 3)),
+                *(_fmt(r["client_cpu_cores"]), _fmt(server), _fmt(r["other_cpu_cores"])),
+                *(_fmt(per_req, 3), f"{r['requests']}{' (capped)' if r['capped'] else ''}"),
+            ]
         )
-    return lines
+    columns = [c.replace("_", " ") for c in LOAD_COLUMNS.split()]
+    return table(columns, cells, "lr" + "r" * 13)
 
 
-def markdown(
-    *,
-    rows: Sequence[Row],
-    ceiling: Sequence[dict[str, Any]],
-    ratios: Sequence[Ratio],
-    settings: dict[str, Any],
-    machine: dict[str, Any],
-    command: str,
-    plot_name: str,
-    server_exit: int,
-    notes: Sequence[str] = (),
-) -> str:
-    """The whole report.md text."""
+def markdown(raw: dict[str, Any], ratios: Sequence[Ratio]) -> str:
+    """The whole report.md text from the raw results (results.json)."""
+    rows, ceiling, settings, machine = raw["rows"], raw["ceiling"], raw["settings"], raw["machine"]
     mlp = [r for r in rows if r["spec"]["model"] in MLP_MODELS]
-    other = [r for r in rows if r not in mlp]
     out = ["# Load test: dynamic batching", "", f"Run: {settings['mode']}.", ""]
-    out += [f"Command (from the repository root): `{command}`", ""]
-    out += ["## Target ratios", "", "| | ratio | value | target | met | detail |"]
-    out += ["|---|---|--:|---|---|---|"]
-    for r in ratios:
-        met = "n/a" if r.met is None else ("yes" if r.met else "**no**")
-        out.append(f"| ({r.key}) | {r.title} | {_fmt(r.value)} | {r.target} | {met} | {r.detail} |")
+    out += [f"Command (from the repository root): `{raw['command']}`", "", "## Target ratios", ""]
+    cells = [
+        [f"({r.key})", r.title, _fmt(r.value), r.target, "n/a" if r.met is None else
+         ("yes" if r.met else "**no**"), r.detail]
+        for r in ratios
+    ]  # fmt: skip
+    out += table(["", "ratio", "value", "target", "met", "detail"], cells, "llr")
     budget = cpu_budget(rows, ceiling, machine.get("nproc"))
     if budget:
         out += ["", "### Where the CPU goes (ratio b)", "", *budget]
-    label = settings.get("MLP", "3 x 1024 FP32")
-    out += ["", f"## MLP {label}, batch 1 per request: batching off vs on", ""]
-    out += _load_table(sorted(mlp, key=lambda r: (r["spec"]["concurrency"], r["spec"]["model"])))
+    out += ["", f"## MLP {settings.get('MLP', '3 x 1024 FP32')}, batch 1 per request: "]
+    out[-1] += "batching off vs on"
+    out += [
+        "",
+        *_load_table(sorted(mlp, key=lambda r: (r["spec"]["concurrency"], r["spec"]["model"]))),
+    ]
     out += ["", "## add_sub (per-request overhead, [1, 16] FP32 x 2)", ""]
-    out += _load_table(other)
+    out += _load_table([r for r in rows if r not in mlp])
     out += ["", f"## In-process onnxruntime ceiling ({ceiling[0]['threads']} intra-op threads)", ""]
-    out += ["| batch | samples/s | ms/run | runs |", "|--:|--:|--:|--:|"]
-    for p in ceiling:
-        rate, ms = p["samples_per_s"], p["ms_per_run"]
-        out.append(f"| {p['batch_size']} | {rate:.1f} | {ms:.3f} | {p['runs']} |")
-    out += ["", f"![throughput and p99 vs concurrency]({plot_name})", "", "## Settings", ""]
+    out += table(
+        ["batch", "samples/s", "ms/run", "runs"],
+        [[p["batch_size"], f"{p['samples_per_s']:.1f}", f"{p['ms_per_run']:.3f}", p["runs"]]
+         for p in ceiling],
+        "rrrr",
+    )  # fmt: skip
+    out += ["", f"![throughput and p99 vs concurrency]({PLOT_NAME})", "", "## Settings", ""]
     out += [f"- {k}: {v}" for k, v in settings.items()]
-    out += [f"- server exit code after SIGTERM: {server_exit}", "", "## Machine", ""]
+    out += [f"- server exit code after SIGTERM: {raw['server_exit']}", "", "## Machine", ""]
     out += [f"- {k}: {v}" for k, v in machine.items()]
     out += ["", "## Reading the numbers", ""]
     out += [
-        "- req/s counts requests that completed successfully inside the measured window; "
-        "infer/s = req/s x the batch each request carries (1 here).",
-        "- p50/p90/p99: client-side latency of those requests (send to response), in ms.",
-        "- mean exec batch: delta inference_count / delta execution_count from ModelStatistics "
-        "over the window; n/a when the server does not implement the statistics extension. "
-        "exec ms: the model's compute time per execution in the server (batch_stats "
-        "compute_infer over executions), to hold against the ceiling's ms/run at that batch.",
-        "- client/server CPU: cores busy in the client processes / the server process during "
-        "the window (/proc). A client near 1.0 per process means the client may be the limit. "
-        "others' CPU: cores busy outside the client and the server (other processes, kernel; "
-        "/proc/stat): the noise. "
-        "server CPU ms/req = server CPU cores / req/s: the server's CPU cost of one request.",
-        "- ceiling: back-to-back `session.run` in one process on an otherwise idle machine, "
-        "with the intra-op threads the server gives a one-instance model (all cores) and "
-        "onnxruntime's defaults otherwise (its workers spin between runs; the server's do "
-        "not unless the config sets allow_spinning).",
-        *(f"- {n}" for n in notes),
+        "- loadtest/README.md, 'What the numbers mean', says what each column is. exec ms: "
+        "the model's compute per execution in the server, against the ceiling's ms/run at "
+        "that batch; the ceiling runs with the intra-op threads the server gives a "
+        "one-instance model (all cores) on an otherwise idle machine.",
+        *(f"- {n}" for n in raw["notes"]),
     ]
     return "\n".join(out) + "\n"
 
 
-def _ceiling_lines(ax: Any, rows: Sequence[Row], ceiling: Sequence[dict[str, Any]]) -> None:
+def _ceiling_lines(ax: Any, rows: Sequence[Row], ceiling: Points) -> None:
     """Ceiling at batching-on's mean executed batch per concurrency, else one line per size."""
     by_batch = {int(p["batch_size"]): float(p["samples_per_s"]) for p in ceiling}
     on = sorted(
@@ -345,17 +285,7 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> None:
         for model, label in ((BATCH_OFF, "batching off"), (BATCH_ON, "batching on"))
     }
     plot(series, out_dir / PLOT_NAME, raw["title"], lambda ax: _ceiling_lines(ax, rows, ceiling))
-    text = markdown(
-        rows=rows,
-        ceiling=ceiling,
-        ratios=compute_ratios(rows, ceiling, raw["delay_us"]),
-        settings=raw["settings"],
-        machine=raw["machine"],
-        command=raw["command"],
-        plot_name=PLOT_NAME,
-        server_exit=raw["server_exit"],
-        notes=raw["notes"],
-    )
+    text = markdown(raw, compute_ratios(rows, ceiling, raw["delay_us"]))
     (out_dir / "report.md").write_text(text, encoding="utf-8")
 
 
@@ -396,28 +326,16 @@ class Batching(Scenario):
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--quick", action="store_true", help="short smoke run (< 90 s)")
-        p.add_argument("--delay-us", type=int, default=500, help="max_queue_delay_microseconds")
-        p.add_argument(
-            "--width",
-            type=int,
-            default=WIDTH,
-            help="MLP width (layers of width x width FP32); 1024 is RPC-bound on 2 vCPUs, "
-            "4096 is compute-bound",
+        window_args(
+            p, None, concurrency=[1, 8, 32, 64], processes=1, quick="short smoke run (< 90 s)"
         )
+        p.add_argument("--delay-us", type=int, default=500, help="max_queue_delay_microseconds")
+        p.add_argument("--width", type=int, default=WIDTH, help="MLP width (4096: compute-bound)")
         p.add_argument("--layers", type=int, default=LAYERS, help="MLP layers (more compute)")
         p.add_argument(
-            "--mlp-parameter",
-            type=_parameter,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
+            "--mlp-parameter", type=_parameter, action="append", default=[], metavar="KEY=VALUE",
             help="a config parameter for both MLP models (repeatable), e.g. allow_spinning=true",
-        )
-        p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-        p.add_argument("--duration", type=float, help="measured seconds per scenario")
-        p.add_argument("--warmup", type=float, help="warm-up seconds per scenario")
-        p.add_argument("--processes", type=int, default=1, help="client processes per scenario")
+        )  # fmt: skip
         p.add_argument("--max-requests", type=int, help="hard cap on requests per scenario")
         p.add_argument("--out-dir", type=Path, help="default loadtest/results (quick: .../quick)")
         p.add_argument("--write-repo", type=Path, help="only write the model repository (ghz)")
@@ -440,8 +358,7 @@ class Batching(Scenario):
                 setattr(args, key, value)
         ceiling_s = 1.0 if args.quick else 4.0
         out_dir = args.out_dir or (RESULTS / "quick" if args.quick else RESULTS)
-        started = time.monotonic()
-        machine = machine_info()
+        started, machine = time.monotonic(), machine_info()
         with tempfile.TemporaryDirectory(prefix="loadtest-repo-") as tmp:
             onnx_file = build_repository(Path(tmp), args.delay_us, params, args.width, args.layers)
             server = ServerProcess([Path(tmp)]).start(timeout=120)
@@ -449,14 +366,10 @@ class Batching(Scenario):
             try:
                 asyncio.run(check_outputs(server.url, args.width, args.layers))
                 base = LoadSpec(
-                    url=server.url,
-                    model="",
-                    duration=args.duration,
-                    warmup=args.warmup,
-                    processes=args.processes,
-                    max_requests=args.max_requests,
+                    server.url, "", duration=args.duration, warmup=args.warmup,
+                    processes=args.processes, max_requests=args.max_requests,
                     server_pid=server.pid,
-                )
+                )  # fmt: skip
                 rows = asyncio.run(run_scenarios(base, sorted(args.concurrency)))
             finally:
                 server_exit = server.stop(timeout=60)
@@ -466,9 +379,7 @@ class Batching(Scenario):
             if None not in observed:
                 sizes = sorted({ceiling_size(b) for b in observed} | {1, MAX_BATCH})
             points = measure_ceiling(onnx_file, sizes, duration=ceiling_s)
-        machine["load average at end (1/5/15 min)"] = " / ".join(
-            f"{x:.2f}" for x in os.getloadavg()
-        )
+        machine["load average at end (1/5/15 min)"] = loadavg()
         settings = {
             "mode": "quick (smoke, numbers not meaningful)" if args.quick else "full",
             "dynamic_batching max_queue_delay_microseconds": args.delay_us,
@@ -486,10 +397,8 @@ class Batching(Scenario):
             "machine": machine,
             "command": args.command,
             "delay_us": args.delay_us,
-            "title": (
-                f"MLP {args.layers}x{args.width} FP32, max_queue_delay {args.delay_us} us, "
-                f"{machine['nproc']} cores"
-            ),
+            "title": f"MLP {args.layers}x{args.width} FP32, max_queue_delay {args.delay_us} us, "
+            f"{machine['nproc']} cores",
             "notes": _notes(rows, server_exit),
             "server_exit": server_exit,
             "rows": rows,
@@ -499,8 +408,6 @@ class Batching(Scenario):
         write_report(raw, out_dir)
         print(f"wrote {out_dir / 'report.md'} and {out_dir / PLOT_NAME}", file=sys.stderr)
         if server_exit != 0:
-            print(
-                f"server exit code {server_exit}; log tail:\n{server.log[-3000:]}", file=sys.stderr
-            )
+            print(f"server exit {server_exit}; log tail:\n{server.log[-3000:]}", file=sys.stderr)
         errors = sum(r["errors"] for r in rows)
         return 0 if server_exit == 0 and errors == 0 else 1

@@ -1,7 +1,6 @@
-"""The in-process onnxruntime ceiling alone: back-to-back ``session.run`` per batch size.
-
-The benchmark MLP (3 x 1024 FP32, ``tests/models.py``) by default, or ``--model FILE.onnx``
-with float inputs; the session gets the server's settings for a one-instance CPU model.
+"""The in-process onnxruntime ceiling alone: back-to-back ``session.run`` per batch size,
+with the server's settings for a one-instance CPU model. The benchmark MLP (3 x 1024 FP32)
+by default, or ``--model FILE.onnx`` with float inputs.
 
     .venv/bin/python -m loadtest ceiling --batch-sizes 1 8 32 64 --duration 3
 """
@@ -16,7 +15,7 @@ from pathlib import Path
 from models import mlp_model
 
 from loadtest.ceiling import measure_ceiling
-from loadtest.scenario import Scenario, register
+from loadtest.scenario import Scenario, register, window_args
 
 
 @register
@@ -29,17 +28,15 @@ class Ceiling(Scenario):
     def add_cli_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", type=Path, help="ONNX file (default: the benchmark MLP)")
         p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
-        p.add_argument("--duration", type=float, default=3.0, help="seconds per batch size")
-        p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best is kept")
+        window_args(p, 3.0, rounds=3)
         p.add_argument("--threads", type=int, help="intra-op threads (default: cores)")
         p.add_argument("--json", type=Path, help="also write the points as JSON here")
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
-            model = args.model
-            if model is None:
-                model = Path(tmp) / "mlp.onnx"
+            model = args.model or Path(tmp) / "mlp.onnx"
+            if args.model is None:
                 model.write_bytes(mlp_model(width=1024, layers=3, seed=0).SerializeToString())
             points = measure_ceiling(
                 model, args.batch_sizes, duration=args.duration, rounds=args.rounds,

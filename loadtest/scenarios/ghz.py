@@ -1,9 +1,8 @@
-"""Write ghz config files for the batching scenarios, with loadgen.py's exact payloads.
+"""Write ghz config files for the batching scenarios, with the load generator's payloads.
 
-ghz cannot be installed on the development machine (no binary through the reachable
-registries), so these files let the same scenarios be cross-checked with an independent Go
-client elsewhere. The tensors come from payloads.synthesize with loadgen's defaults (batch 1,
-variable dims 16, seed 0), so both tools send byte-identical ``raw_input_contents``.
+ghz cannot be installed on the development machines, so these files let the same
+scenarios be cross-checked with an independent Go client elsewhere: the tensors come from
+the load generator's synthesis (batch 1, variable dims 16, seed 0), byte for byte.
 
     .venv/bin/python -m loadtest ghz-configs [--host 127.0.0.1:8001] [--duration 20s]
 """
@@ -17,57 +16,47 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import REPO_ROOT
-from loadtest.payloads import InputSpec, synthesize
+from loadtest.loadgen import DATATYPE, InputSpec, synthesize
 from loadtest.scenario import Scenario, register
 
 #: Served signatures (as ModelMetadata reports them) of the batching scenario's models.
-SIGNATURES: dict[str, list[InputSpec]] = {
-    "mlp_nobatch": [InputSpec("INPUT0", "FP32", (-1, 1024))],
-    "mlp_batch": [InputSpec("INPUT0", "FP32", (-1, 1024))],
-    "add_sub": [InputSpec("INPUT0", "FP32", (-1, -1)), InputSpec("INPUT1", "FP32", (-1, -1))],
-}
-SCENARIOS: list[tuple[str, int]] = [
-    *((m, c) for m in ("mlp_nobatch", "mlp_batch") for c in (1, 8, 32, 64)),
-    ("add_sub", 1),
-    ("add_sub", 8),
-]
+MLP = [InputSpec("INPUT0", "FP32", (-1, 1024))]
+ADD_SUB = [InputSpec("INPUT0", "FP32", (-1, -1)), InputSpec("INPUT1", "FP32", (-1, -1))]
+SIGNATURES = {"mlp_nobatch": MLP, "mlp_batch": MLP, "add_sub": ADD_SUB}
+CASES = [(m, c) for m in ("mlp_nobatch", "mlp_batch") for c in (1, 8, 32, 64)]
+CASES += [("add_sub", 1), ("add_sub", 8)]
 
 
-def call_data(model: str) -> dict[str, Any]:
-    """ModelInferRequest as protojson: bytes fields are base64, int64 shapes plain numbers."""
+def ghz_config(model: str, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One ghz run. ``total`` and ``max-duration`` bound it in count and in time (with
+    ``duration`` alone ghz ignores ``total``); ``skipFirst`` leaves the warm-up out of the
+    statistics; paths are relative to the repository root, where ghz must start. The data
+    is the request as protojson: bytes in base64, shapes as plain numbers."""
     tensors = synthesize(SIGNATURES[model])
-    return {
-        "model_name": model,
-        "inputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in tensors
-        ],
-        "raw_input_contents": [base64.b64encode(t.data).decode("ascii") for t in tensors],
-    }
-
-
-def ghz_config(
-    model: str, concurrency: int, *, host: str, duration: str, total: int, skip_first: int
-) -> dict[str, Any]:
-    """One ghz run: ``total`` requests at most, stopped after ``duration`` at the latest.
-
-    ``total`` + ``max-duration`` bound the run in count and in time (with ``duration`` alone
-    ghz ignores ``total``); ``skipFirst`` leaves the warm-up requests out of the statistics.
-    Paths are relative to the repository root, where ghz must be started.
-    """
+    inputs = [
+        {"name": name, "datatype": DATATYPE[a.dtype], "shape": list(a.shape)}
+        for name, a in tensors.items()
+    ]
     return {
         "name": f"{model} c={concurrency}",
         "proto": "protos/inference/grpc_service.proto",
         "import-paths": ["protos"],
         "call": "inference.GRPCInferenceService.ModelInfer",
-        "host": host,
+        "host": args.host,
         "insecure": True,
         "concurrency": concurrency,
         "connections": 1,
-        "total": total,
-        "max-duration": duration,
-        "skipFirst": skip_first,
+        "total": args.total,
+        "max-duration": args.duration,
+        "skipFirst": args.skip_first,
         "timeout": "30s",
-        "data": call_data(model),
+        "data": {
+            "model_name": model,
+            "inputs": inputs,
+            "raw_input_contents": [
+                base64.b64encode(a.tobytes()).decode() for a in tensors.values()
+            ],
+        },
     }
 
 
@@ -88,12 +77,8 @@ class GhzConfigs(Scenario):
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        for model, c in SCENARIOS:
-            config = ghz_config(
-                model, c, host=args.host, duration=args.duration, total=args.total,
-                skip_first=args.skip_first,
-            )  # fmt: skip
+        for model, c in CASES:
             path = args.out_dir / f"{model}_c{c}.json"
-            path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+            path.write_text(json.dumps(ghz_config(model, c, args), indent=2) + "\n", "utf-8")
             print(path)
         return 0

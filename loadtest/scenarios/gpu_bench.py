@@ -1,31 +1,29 @@
-"""GPU scenario: served throughput with dynamic batching vs in-process onnxruntime CUDA.
+"""GPU: served throughput with dynamic batching vs in-process onnxruntime CUDA (gpu-bench),
+and one execution's cost in the backend without the server (gpu-probe, below).
 
-Builds two ONNX models that keep a GPU busy, an MLP (``--width`` 4096, 3 layers, FP32)
-and a small CNN (2 convolutions, 64x64 RGB input), serves each with
-``instance_group { kind: KIND_GPU }`` and ``dynamic_batching``, drives them closed-loop at
-each ``--concurrency`` (1 to 256) from ``--processes`` client processes, samples GPU
-utilization through NVML during every measured window, stops the server, then measures
-onnxruntime CUDA in this process at the batch sizes the server executed (the same IO
-binding the server uses, and plain ``session.run``; the better is the ceiling). Writes
-``results/gpu/report.md`` and ``results.json``; the target is served / in-process >= 0.8
-at concurrency 64.
+An MLP (``--width`` 4096, 3 layers) and a small CNN (2 convolutions, 64x64 RGB) on
+``KIND_GPU`` with ``dynamic_batching``, closed-loop at each ``--concurrency`` from
+``--processes`` clients, NVML's GPU utilization sampled through every window; with the
+server stopped, onnxruntime CUDA in this process at the batch sizes the server executed
+(IO binding as the server does it, and plain ``session.run``; the better is the ceiling).
+Writes ``results/gpu/report.md`` and ``results.json``; target: served / in-process >= 0.8
+at concurrency 64. Without a usable GPU it says why and exits with 2; ``--device cpu``
+runs the same plumbing on the CPU, to check the scenario itself (its numbers say nothing).
 
     .venv/bin/python -m loadtest gpu-bench            # about 6 minutes on one GPU
     .venv/bin/python -m loadtest gpu-bench --quick    # smoke run, about 1 minute
-
-Without a usable GPU (no onnxruntime-gpu, no NVML GPU) it says why and exits with 2.
-``--device cpu`` runs the same plumbing on the CPU (KIND_CPU, CPU ceiling) to check the
-script itself on a machine without a GPU; its numbers say nothing about GPUs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,12 +37,17 @@ from server_process import ServerProcess
 
 from loadtest import RESULTS
 from loadtest.loadgen import LoadSpec, run_load
-from loadtest.report import write_json
+from loadtest.report import table, write_json
 from loadtest.repository import batching, onnx_model, parameters
-from loadtest.scenario import Scenario, register
+from loadtest.scenario import Scenario, register, window_args
 from loadtest.scenarios.batching import ceiling_size
+from service.backends.base import InstanceSpec
+from service.backends.onnxruntime import OnnxRuntimeBackend
+from service.backends.onnxruntime.backend import OnnxRuntimeInstance
 from service.backends.onnxruntime.binding import BoundRunner, PinnedBuffers
 from service.gpus import inventory
+from service.repository.config_file import read_config
+from service.repository.layout import discover_models
 
 CUDA = "CUDAExecutionProvider"
 TARGET_CONCURRENCY, TARGET_RATIO = 64, 0.8
@@ -73,11 +76,8 @@ def cnn_model(channels: int = 64, size: int = 64, seed: int = 0) -> onnx.ModelPr
         return numpy_helper.from_array(data, name)
 
     half = channels // 2
-    inits = [
-        weight("w1", half, 3, 3, 3),
-        weight("w2", channels, half, 3, 3),
-        weight("fc", channels, 10),
-    ]
+    inits = [weight("w1", half, 3, 3, 3), weight("w2", channels, half, 3, 3)]
+    inits.append(weight("fc", channels, 10))
     nodes = [
         helper.make_node("Conv", ["INPUT0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -103,62 +103,47 @@ def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:
     extra += "optimization { cuda { graphs: true } }\n" if args.cuda_graphs else ""
     # Triton's parameter: 0 EXHAUSTIVE (the default), 1 HEURISTIC, 2 DEFAULT.
     extra += parameters({"cudnn_conv_algo_search": str(CONV_ALGO_SEARCH[args.conv_algo_search])})
+    w, kind = args.width, "KIND_GPU" if args.device == "gpu" else "KIND_CPU"
     models = {
         "mlp": (
-            mlp_model(width=args.width, layers=3),
-            [("INPUT0", "FP32", [args.width])],
-            [("OUTPUT0", "FP32", [args.width])],
+            mlp_model(width=w, layers=3),
+            [("INPUT0", "FP32", [w])],
+            [("OUTPUT0", "FP32", [w])],
         ),
         "cnn": (cnn_model(), [("INPUT0", "FP32", [3, 64, 64])], [("OUTPUT0", "FP32", [10])]),
     }
-    kind = "KIND_GPU" if args.device == "gpu" else "KIND_CPU"
-    return {
-        name: onnx_model(
-            root,
-            name,
-            model,
-            inputs,
-            outputs,
-            max_batch_size=MAX_BATCH,
-            instance_kind=kind,
-            instance_count=args.instances,
-            extra=extra,
-        )
-        for name, (model, inputs, outputs) in models.items()
-    }
+    config: dict[str, Any] = {"max_batch_size": MAX_BATCH, "instance_kind": kind, "extra": extra}
+    config["instance_count"] = args.instances
+    return {name: onnx_model(root, name, *model, **config) for name, model in models.items()}
 
 
 class UtilizationSampler:
-    """NVML GPU utilization of device 0 every 0.2 s in a thread (None: NVML unavailable)."""
+    """NVML GPU utilization of device 0 every 0.2 s in a thread (nothing without NVML)."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> UtilizationSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._nvml: Any = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:
-            self._nvml = None
-
-    def __enter__(self) -> UtilizationSampler:
-        if self._nvml is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # no NVML: utilization n/a
+            return
         while not self._stop.wait(0.2):
-            rate = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+            rate = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
             self.samples.append((time.time(), rate / 100))
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
     def mean_after(self, start: float) -> float | None:
         values = [u for t, u in self.samples if t >= start]
@@ -166,24 +151,15 @@ class UtilizationSampler:
 
 
 async def serve_scenarios(url: str, pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    base = LoadSpec(
-        url=url,
-        model="",
-        duration=args.duration,
-        warmup=args.warmup,
-        processes=args.processes,
-        max_requests=args.max_requests,
-        server_pid=pid,
-    )
+    base = LoadSpec(url, "", duration=args.duration, warmup=args.warmup, server_pid=pid)
+    base = replace(base, processes=args.processes, max_requests=args.max_requests)
     rows = []
     for model in ("mlp", "cnn"):
         for concurrency in sorted(args.concurrency):
-            spec = replace(base, model=model, concurrency=concurrency)
             with UtilizationSampler() as sampler:
                 begin = time.time()
-                result = await run_load(spec)
-            row = result.to_dict()
-            row["gpu_utilization"] = sampler.mean_after(begin + args.warmup)
+                result = await run_load(replace(base, model=model, concurrency=concurrency))
+            row = {**result.to_dict(), "gpu_utilization": sampler.mean_after(begin + args.warmup)}
             print(f"  {result.summary()}, gpu util {row['gpu_utilization']}", file=sys.stderr)
             rows.append(row)
     return rows
@@ -194,27 +170,22 @@ def cuda_ceiling(
 ) -> dict[int, dict[str, float]]:
     """Best samples/s per batch size: plain session.run and the server's IO binding, with the
     server's convolution algorithm search."""
-    options = ort.SessionOptions()
     provider: Any = "CPUExecutionProvider"
     if device == "gpu":
         provider = (CUDA, {"cudnn_conv_algo_search": search.upper()})
-    session = ort.InferenceSession(str(path), options, providers=[provider])
+    session = ort.InferenceSession(str(path), ort.SessionOptions(), providers=[provider])
     assert session.get_providers()[0] in (CUDA, "CPUExecutionProvider"), session.get_providers()
     arg = session.get_inputs()[0]
-    if device == "gpu":
-        runner = BoundRunner(session, "cuda", 0, PinnedBuffers())
-    else:
-        runner = BoundRunner(session)
+    gpu = ("cuda", 0, PinnedBuffers()) if device == "gpu" else ()
+    runner = BoundRunner(session, *gpu)
     out: dict[int, dict[str, float]] = {}
-    rng = np.random.default_rng(0)
+    rng, outputs = np.random.default_rng(0), [o.name for o in session.get_outputs()]
     for batch in sizes:
         shape = [batch, *[int(d) for d in arg.shape[1:]]]
         feed = {arg.name: rng.random(shape, dtype=np.float32)}
+        calls = {"run": lambda f=feed: session.run(None, f)}
+        calls["io_binding"] = lambda f=feed: runner.run(f, outputs)
         results = {}
-        calls = {
-            "run": lambda f=feed: session.run(None, f),
-            "io_binding": lambda f=feed: runner.run(f, [o.name for o in session.get_outputs()]),
-        }
         for name, call in calls.items():
             for _ in range(5):
                 call()
@@ -229,38 +200,28 @@ def cuda_ceiling(
 
 
 def write_report(raw: dict[str, Any], out_dir: Path) -> str:
-    lines = [
-        f"# GPU benchmark: {raw['title']}",
-        "",
-        f"Command: `{raw['command']}`  ",
-        f"Device: {raw['device']}; onnxruntime {raw['onnxruntime']}",
-        "",
-        "| model | concurrency | infer/s | p50 ms | p99 ms | mean exec batch | GPU util | "
-        "in-process at that batch (samples/s) | served / in-process |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    verdicts = []
+    cells, verdicts = [], []
     for row in raw["rows"]:
-        model, c = row["spec"]["model"], row["spec"]["concurrency"]
-        batch = row["mean_exec_batch"]
+        model, c, batch = row["spec"]["model"], row["spec"]["concurrency"], row["mean_exec_batch"]
         ceiling = raw["ceiling"][model].get(str(ceiling_size(batch))) if batch else None
         ratio = row["infer_per_s"] / ceiling["best"] if ceiling else None
-        util = row["gpu_utilization"]
-        cells = [
-            model,
-            str(c),
-            f"{row['infer_per_s']:.0f}",
-            f"{row['latency_ms']['p50']:.2f}",
-            f"{row['latency_ms']['p99']:.2f}",
-            "n/a" if batch is None else f"{batch:.1f}",
-            "n/a" if util is None else f"{util:.0%}",
-            "n/a" if ceiling is None else f"{ceiling['best']:.0f}",
-            "n/a" if ratio is None else f"{ratio:.2f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        util, lat = row["gpu_utilization"], row["latency_ms"]
+        cells.append(
+            [
+                *(model, c, f"{row['infer_per_s']:.0f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}"),
+                "n/a" if batch is None else f"{batch:.1f}",
+                "n/a" if util is None else f"{util:.0%}",
+                "n/a" if ceiling is None else f"{ceiling['best']:.0f}",
+                "n/a" if ratio is None else f"{ratio:.2f}",
+            ]
+        )
         if c == TARGET_CONCURRENCY and ratio is not None:
             met = "met" if ratio >= TARGET_RATIO else "NOT met"
             verdicts.append(f"- {model} at c={c}: served / in-process {ratio:.2f} ({met}, >= 0.8)")
+    head = ["model", "concurrency", "infer/s", "p50 ms", "p99 ms", "mean exec batch", "GPU util"]
+    head += ["in-process at that batch (samples/s)", "served / in-process"]
+    lines = [f"# GPU benchmark: {raw['title']}", "", f"Command: `{raw['command']}`  "]
+    lines += [f"Device: {raw['device']}; onnxruntime {raw['onnxruntime']}", "", *table(head, cells)]
     lines += ["", "## Target", "", *(verdicts or ["- no row at concurrency 64"]), ""]
     lines += ["## In-process onnxruntime CUDA (samples/s)", ""]
     for model, points in raw["ceiling"].items():
@@ -297,22 +258,20 @@ class GpuBench(Scenario):
     name = "gpu-bench"
 
     @staticmethod
-    def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        add_bench_args(parser)
-        parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
-        parser.add_argument("--duration", type=float, default=10.0)
-        parser.add_argument("--warmup", type=float, default=3.0)
-        parser.add_argument("--processes", type=int, default=4, help="client processes")
-        parser.add_argument("--max-requests", type=int, default=1_000_000)
-        parser.add_argument("--ceiling-s", type=float, default=2.0)
-        parser.add_argument("--out-dir", type=Path, default=RESULTS / "gpu")
-        parser.add_argument("--quick", action="store_true", help="c=1,64; 3 s windows")
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        add_bench_args(p)
+        quick = {"concurrency": [1, 64], "duration": 3.0, "warmup": 1.0, "ceiling_s": 0.5}
+        quick["out_dir"] = lambda args: args.out_dir / "quick"
+        window_args(
+            p, 10.0, 3.0, concurrency=[1, 8, 32, 64, 128, 256], processes=4,
+            quick="c=1,64; 3 s windows", quick_values=quick,
+        )  # fmt: skip
+        p.add_argument("--max-requests", type=int, default=1_000_000)
+        p.add_argument("--ceiling-s", type=float, default=2.0)
+        p.add_argument("--out-dir", type=Path, default=RESULTS / "gpu")
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        if args.quick:
-            args.concurrency, args.duration, args.warmup, args.ceiling_s = [1, 64], 3.0, 1.0, 0.5
-            args.out_dir = args.out_dir / "quick"
         reason = no_gpu_reason() if args.device == "gpu" else None
         if reason is not None:
             print(
@@ -336,14 +295,16 @@ class GpuBench(Scenario):
                     path, sizes, args.ceiling_s, args.device, args.conv_algo_search
                 )
                 ceiling[model] = {str(b): p for b, p in points.items()}
-        gpus = inventory().gpus()
-        device = f"{gpus[0].name} (compute capability {gpus[0].capability})" if gpus else "CPU"
+        gpus = inventory().gpus() if args.device == "gpu" else []
+        device = "CPU (--device cpu: plumbing check only)"
+        if gpus:
+            device = f"{gpus[0].name} (compute capability {gpus[0].capability})"
         raw = {
             "title": f"MLP 3x{args.width} and CNN, {args.instances} GPU instances, "
             f"delay {args.delay_us} us, conv algo search {args.conv_algo_search}"
             + (", CUDA graphs" if args.cuda_graphs else ""),
             "command": args.command,
-            "device": device if args.device == "gpu" else "CPU (--device cpu: plumbing check only)",
+            "device": device,
             "onnxruntime": ort.__version__,
             "server_exit": server_exit,
             "rows": rows,
@@ -353,3 +314,92 @@ class GpuBench(Scenario):
         print(write_report(raw, args.out_dir))
         errors = sum(r["errors"] for r in rows)
         return 0 if server_exit == 0 and errors == 0 else 1
+
+
+def _timed(call: Callable[[], object], repeats: int) -> float:
+    """Median milliseconds of ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _open(root: Path, model: str) -> OnnxRuntimeInstance:
+    config = read_config(discover_models([root])[model])
+    return OnnxRuntimeBackend().open(
+        config, root / model / "1", InstanceSpec(f"{model}_0_0", "KIND_GPU", 0, 4)
+    )
+
+
+def probe_cnn(args: argparse.Namespace, search: str, sizes: list[int]) -> str:
+    with tempfile.TemporaryDirectory(prefix="gpu-probe-") as tmp:
+        build_repository(
+            Path(tmp), argparse.Namespace(**{**vars(args), "conv_algo_search": search})
+        )
+        instance = _open(Path(tmp), "cnn")
+        rng = np.random.default_rng(0)
+        first, again = [], []
+        try:
+            for size in sizes:
+                x = {"INPUT0": rng.random((size, 3, 64, 64), dtype=np.float32)}
+                first.append(_timed(lambda x=x: instance.execute(x, ["OUTPUT0"]), 1))
+                again.append(_timed(lambda x=x: instance.execute(x, ["OUTPUT0"]), 5))
+        finally:
+            instance.close()
+    return (
+        f"cnn, cudnn_conv_algo_search {search}: first run of a new batch size "
+        f"{statistics.median(first):.1f} ms median (max {max(first):.1f}), "
+        f"repeat {statistics.median(again):.2f} ms, over sizes {sizes[0]}..{sizes[-1]}"
+    )
+
+
+def probe_mlp(args: argparse.Namespace) -> str:
+    with tempfile.TemporaryDirectory(prefix="gpu-probe-") as tmp:
+        build_repository(Path(tmp), args)
+        instance = _open(Path(tmp), "mlp")
+        session = instance._session  # the very session the instance runs
+        x = np.random.default_rng(0).random((args.batch, args.width), dtype=np.float32)
+        try:
+            served = _timed(lambda: instance.execute({"INPUT0": x}, ["OUTPUT0"]), 200)
+            plain = _timed(lambda: session.run(["OUTPUT0"], {"INPUT0": x}), 200)
+        finally:
+            instance.close()
+    return (
+        f"mlp 3x{args.width} batch {args.batch}: instance.execute {served:.3f} ms, "
+        f"session.run {plain:.3f} ms (median of 200, one thread)"
+    )
+
+
+@register
+class GpuProbe(Scenario):
+    """GPU: one execution in the ONNX Runtime backend without the server; cuDNN's search.
+
+    The CNN's first execution of each new batch size (where cuDNN's convolution algorithm
+    search runs) against a repeat, per ``cudnn_conv_algo_search``; and the MLP's
+    ``instance.execute`` (pinned staging, IO binding, output copied back) against plain
+    ``session.run`` on the same session, one thread. About 30 s; prints FIGURE lines.
+    """
+
+    name = "gpu-probe"
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--width", type=int, default=4096)
+        parser.add_argument("--batch", type=int, default=12)
+        parser.add_argument("--sizes", type=int, default=8, help="CNN batch sizes 1..N")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        reason = no_gpu_reason()
+        if reason is not None:
+            print(f"gpu-probe: no usable GPU here: {reason}", file=sys.stderr)
+            return 2
+        bench = {"delay_us": 500, "cuda_graphs": False, "device": "gpu", "instances": 1}
+        args = argparse.Namespace(**vars(args), **bench, conv_algo_search="exhaustive")
+        sizes = list(range(1, args.sizes + 1))
+        for search in sorted(CONV_ALGO_SEARCH):
+            print("FIGURE:", probe_cnn(args, search, sizes), flush=True)
+        print("FIGURE:", probe_mlp(args), flush=True)
+        return 0

@@ -1,9 +1,8 @@
 """The closed-loop gRPC load generator alone, against any KServe v2 gRPC server.
 
 Inputs are synthesized from ModelMetadata: the first -1 dimension becomes ``--batch``, other
--1 dimensions ``--dynamic-dim``; numeric datatypes only. Prints one line (throughput,
-percentiles, errors, mean executed batch, CPU); exits 1 when a request failed, 2 when the
-setup fails (unknown model, server down).
+-1 dimensions ``--dynamic-dim``; numeric datatypes only. Prints one line; exits 1 when a
+request failed, 2 when the setup fails (unknown model, server down).
 
     .venv/bin/python -m loadtest loadgen --url 127.0.0.1:8001 --model add_sub --concurrency 8
 """
@@ -20,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from loadtest.loadgen import LoadSpec, run_load
-from loadtest.scenario import Scenario, register
+from loadtest.scenario import Scenario, register, window_args
 
 
 @register
@@ -33,10 +32,7 @@ class Loadgen(Scenario):
     def add_cli_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--url", default="127.0.0.1:8001", help="host:port of the gRPC server")
         p.add_argument("--model", required=True)
-        p.add_argument("--concurrency", type=int, default=8, help="closed-loop workers in all")
-        p.add_argument("--duration", type=float, default=10.0, help="measured seconds")
-        p.add_argument("--warmup", type=float, default=2.0, help="seconds run before measuring")
-        p.add_argument("--processes", type=int, default=1, help="client processes")
+        window_args(p, 10.0, 2.0, concurrency=8, processes=1)
         p.add_argument("--max-requests", type=int, default=100_000, help="cap on requests sent")
         p.add_argument("--timeout", type=float, default=30.0, help="per-request deadline, s")
         p.add_argument("--batch", type=int, default=1, help="size of the leading -1 dimension")
@@ -58,6 +54,3 @@ class Loadgen(Scenario):
         if args.json:
             args.json.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
         return 1 if result.errors else 0
-
-
-__all__ = ["Loadgen"]

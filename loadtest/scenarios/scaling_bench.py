@@ -1,14 +1,11 @@
 """``--frontends 0 / 1 / 2`` side by side: throughput, server CPU per request, latency.
 
-h2load (Debian's ``nghttp2-client``: a C client, so the client costs the shared cores
-little) sends unary ModelInfer requests for add_sub ([1, 16] FP32 inputs, no batching,
-and the same with dynamic batching) and 1 MiB identity over several connections; the
-kernel spreads the connections over the frontend processes. Server CPU is the whole
-process tree's (supervisor, engine, frontends; /proc) divided by the requests the server
-counted as successful (ModelStatistics, so gRPC errors that h2load would count as HTTP 200
-are not in it); the engine's own cores and its loop thread's are shown beside. p50 at
-concurrency 1 comes from a sync gRPC client. Modes are interleaved round by round, so slow
-drift of a shared machine hits all of them. From the repository root:
+h2load sends unary ModelInfer for add_sub ([1, 16] FP32, no batching and with dynamic
+batching) and 1 MiB identity over several connections, which the kernel spreads over the
+frontend processes. Server CPU is the whole process tree's divided by the successes the
+server counted (ModelStatistics); the engine's cores and its loop thread's are shown
+beside; p50 at concurrency 1 comes from the Python load generator. Modes alternate round
+by round, so slow drift of a shared machine hits all of them.
 
     .venv/bin/python -m loadtest scaling-bench [--rounds 2] [--duration 8] [--out FILE]
 """
@@ -16,6 +13,7 @@ drift of a shared machine hits all of them. From the repository root:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import tempfile
 import time
@@ -26,7 +24,8 @@ import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
-from loadtest.h2grpc import grpc_body, h2load_output, h2load_rate, model_successes
+from loadtest.h2grpc import grpc_body, h2load, h2load_rate, model_successes
+from loadtest.loadgen import drive, infer_request
 from loadtest.metrics import (
     loop_thread_seconds,
     machine_busy_seconds,
@@ -34,35 +33,24 @@ from loadtest.metrics import (
     tree_cpu_seconds,
 )
 from loadtest.processes import engine_pid, service
-from loadtest.report import publish, table
+from loadtest.report import median, publish, table
 from loadtest.repository import add_sub, batching, identity_backend
-from loadtest.scenario import Scenario, register
+from loadtest.scenario import Scenario, register, window_args
 
-MIB_FLOATS = 1 << 18  # 1 MiB of FP32
 #: (label, model, concurrency, tensor elements)
 SCENARIOS = [
     ("add_sub c=64", "add_sub", 64, 16),
     ("add_sub c=8", "add_sub", 8, 16),
     ("add_sub batching c=32", "add_sub_batch", 32, 16),
-    ("identity 1 MiB c=8", "identity", 8, MIB_FLOATS),
+    ("identity 1 MiB c=8", "identity", 8, 1 << 18),
 ]
 Rows = dict[tuple[int, str], list[dict[str, float]]]
 
 
-def write_repository(root: Path) -> None:
-    add_sub(root, max_batch_size=64)
-    add_sub(root, "add_sub_batch", max_batch_size=64, extra=batching(500))
-    identity_backend(root, "identity")
-
-
 def request(model: str, width: int = 16) -> pb.ModelInferRequest:
-    data = np.ones((1, width), np.float32).tobytes()
-    message = pb.ModelInferRequest(model_name=model)
-    one = model == "identity"
-    for name in ("INPUT0",) if one else ("INPUT0", "INPUT1"):
-        message.inputs.add(name=name, datatype="FP32", shape=[width] if one else [1, width])
-        message.raw_input_contents.append(data)
-    return message
+    if model == "identity":
+        return infer_request(model, {"INPUT0": np.ones(width, np.float32)})
+    return infer_request(model, {f"INPUT{i}": np.ones((1, width), np.float32) for i in (0, 1)})
 
 
 def engine_cpu(pid: int | None) -> tuple[float, float]:
@@ -76,18 +64,18 @@ def load_row(
     url: str, pids: tuple[int, int | None], model: str, body: Path, shape: tuple[int, int, int],
     seconds: float,
 ) -> dict[str, float]:  # fmt: skip
-    """One h2load window (``shape``: connections, streams each, client threads)."""
+    """One h2load window (``shape``: connections, streams each, client threads). CPU and
+    successes both span warm-up and window: their ratio is the cost of one request."""
     pid, engine = pids
     before_ok, busy0 = model_successes(url, model), machine_busy_seconds() or 0.0
     cpu0, engine0 = tree_cpu_seconds(pid) or 0.0, engine_cpu(engine)
     start = time.monotonic()
-    out = h2load_output(url, body, shape[0], shape[1], seconds, shape[2], warmup=1.0)
+    out = h2load(url, body, shape[0], shape[1], seconds, shape[2], warmup=1.0)
     elapsed = time.monotonic() - start
     cpu = (tree_cpu_seconds(pid) or 0.0) - cpu0
     engine1 = engine_cpu(engine)
     busy = (machine_busy_seconds() or 0.0) - busy0
     ok = model_successes(url, model) - before_ok
-    # CPU and successes span warm-up + window; their ratio is the cost of one request.
     return {
         "rps": h2load_rate(out),
         "cpu_ms_per_req": 1000 * cpu / max(ok, 1),
@@ -98,22 +86,14 @@ def load_row(
     }
 
 
-def p50_c1(url: str, model: str, count: int) -> float:
-    message = request(model)
-    with grpc.insecure_channel(url) as channel:
+async def p50_c1(url: str, count: int) -> float:
+    """p50 of ``count`` requests at concurrency 1, after a short warm-up."""
+    message = request("add_sub")
+    async with grpc.aio.insecure_channel(url) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        for _ in range(100):
-            stub.ModelInfer(message)
-        times = []
-        for _ in range(count):
-            t0 = time.perf_counter()
-            stub.ModelInfer(message)
-            times.append(time.perf_counter() - t0)
-    return 1000 * float(np.percentile(times, 50))
-
-
-def _cores(value: float) -> str:
-    return "n/a" if np.isnan(value) else f"{value:.2f}"
+        await drive([lambda: stub.ModelInfer(message)], 0.0, 0.3)
+        window = await drive([lambda: stub.ModelInfer(message)], 0.0, 60.0, cap=count)
+    return window.pct(50)
 
 
 def scaling_lines(rows: Rows, modes: list[int]) -> list[str]:
@@ -122,8 +102,7 @@ def scaling_lines(rows: Rows, modes: list[int]) -> list[str]:
         return []
 
     def rps(mode: int, label: str) -> float:
-        found = rows.get((mode, label))
-        return float(np.median([r["rps"] for r in found])) if found else float("nan")
+        return median(r["rps"] for r in rows.get((mode, label), []))
 
     cells = [
         [label, *(f"{rps(m, label) / rps(modes[0], label):.2f} x" for m in modes[1:])]
@@ -131,17 +110,15 @@ def scaling_lines(rows: Rows, modes: list[int]) -> list[str]:
         if (modes[0], label) in rows
     ]
     head = ["scenario", *(f"--frontends {m}" for m in modes[1:])]
-    return [
-        "",
-        f"Throughput over `--frontends {modes[0]}`, same run:",
-        "",
-        *table(head, cells, "l" + "r" * len(modes)),
-    ]
+    title = f"Throughput over `--frontends {modes[0]}`, same run:"
+    return ["", title, "", *table(head, cells, "l" + "r" * len(modes))]
 
 
 def measure(args: argparse.Namespace, tmp: Path) -> Rows:
     rows: Rows = {}
-    write_repository(tmp / "repo")
+    add_sub(tmp / "repo", max_batch_size=64)
+    add_sub(tmp / "repo", "add_sub_batch", max_batch_size=64, extra=batching(500))
+    identity_backend(tmp / "repo", "identity")
     bodies: dict[str, Path] = {}
     for label, model, _, width in SCENARIOS:
         bodies[label] = tmp / f"{len(bodies)}.bin"
@@ -157,7 +134,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> Rows:
                     shape = (min(conc, args.connections), streams, args.client_threads)
                     row = load_row(server.url, pids, model, bodies[label], shape, args.duration)
                     rows.setdefault((mode, label), []).append(row)
-                p50 = p50_c1(server.url, "add_sub", args.latency_requests)
+                p50 = asyncio.run(p50_c1(server.url, args.latency_requests))
                 rows.setdefault((mode, "add_sub c=1"), []).append({"p50_ms": p50})
             finally:
                 code = server.stop(timeout=60)
@@ -174,12 +151,11 @@ class ScalingBench(Scenario):
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--modes", type=int, nargs="+", default=[0, 1, 2])
-        p.add_argument("--rounds", type=int, default=2)
-        p.add_argument("--duration", type=float, default=8.0)
-        p.add_argument("--connections", type=int, default=8)
+        window_args(p, 8.0, rounds=2)
         # One h2load thread saturates near the 2-core box's server; on many cores the client
         # needs threads of its own, and more connections than frontends so that
         # SO_REUSEPORT's hash reaches every frontend.
+        p.add_argument("--connections", type=int, default=8)
         p.add_argument("--client-threads", type=int, default=1)
         p.add_argument("--latency-requests", type=int, default=2000)
         p.add_argument("--out", type=Path)
@@ -188,17 +164,21 @@ class ScalingBench(Scenario):
     def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             rows = measure(args, Path(tmp))
+
+        def cores(value: float) -> str:
+            return "n/a" if np.isnan(value) else f"{value:.2f}"
+
         cells = []
         for (mode, scenario), items in sorted(rows.items()):
-            med = {k: float(np.median([r[k] for r in items])) for k in items[0]}
+            med = {k: median(r[k] for r in items) for k in items[0]}
             if "p50_ms" in med:
                 cells.append([mode, scenario, "", "", "", "", "", "", f"{med['p50_ms']:.3f}"])
                 continue
             cells.append(
                 [
                     *(mode, scenario, f"{med['rps']:,.0f}", f"{med['cpu_ms_per_req']:.3f}"),
-                    *(f"{med['server_cores']:.2f}", _cores(med["engine_cores"])),
-                    *(_cores(med["engine_loop_cores"]), f"{med['others_cores']:.2f}", ""),
+                    *(f"{med['server_cores']:.2f}", cores(med["engine_cores"])),
+                    *(cores(med["engine_loop_cores"]), f"{med['others_cores']:.2f}", ""),
                 ]
             )
         head = ["--frontends", "scenario", "req/s", "server CPU ms/req", "server cores"]

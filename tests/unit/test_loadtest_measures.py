@@ -8,6 +8,7 @@ before it summed the process tree.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from loadtest import metrics
+from loadtest.loadgen import drive
 from loadtest.scenario import parse
-from loadtest.scenarios import batching, cpu_bench, scaling_bench
+from loadtest.scenarios import batching, cpu_bench, scaling_bench, shm_bench
 
 # A parent that idles while its child burns 0.4 s of CPU and then stays alive (only live
 # descendants are counted); the parent ends the child when its stdin closes.
@@ -129,3 +131,33 @@ def test_cpu_targets_keep_only_what_the_run_measured() -> None:
         in lines
     )
     assert not any("identity" in line or "nan" in line for line in lines)
+
+
+def test_quick_sets_its_values_and_leaves_the_rest() -> None:
+    args = parse(shm_bench.ShmBench, ["--quick", "--sizes", "1"])
+    assert (args.duration, args.warmup, args.rounds, args.sizes) == (2.0, 0.5, 1, [1.0])
+    assert parse(shm_bench.ShmBench, []).duration == 6.0
+
+
+async def test_drive_ends_at_its_cap_not_at_the_window_end() -> None:
+    """A capped window (scaling-bench's p50 of N requests) returns once the cap is sent,
+    with the sample's change over what really ran."""
+    ticks = iter(range(1000))
+
+    async def call() -> None:
+        await asyncio.sleep(0)
+
+    window = await asyncio.wait_for(
+        drive([call, call], 0.0, 60.0, cap=50, sample=lambda: (float(next(ticks)),)), 10
+    )
+    assert window.report.capped and window.report.sent == 50
+    assert window.requests == 50 and window.deltas == (1.0,)
+    assert 0 < window.seconds < 10
+
+
+async def test_drive_raises_on_a_failed_call() -> None:
+    async def call() -> None:
+        raise RuntimeError("gateway answered b'HTTP/1.1 500'")
+
+    with pytest.raises(RuntimeError, match="calls failed; first: RuntimeError: gateway"):
+        await drive([call], 0.0, 0.2)
