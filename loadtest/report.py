@@ -96,14 +96,15 @@ def machine_info() -> dict[str, Any]:
 Series = Mapping[str, Sequence[tuple[int, float, float]]]  # label -> (concurrency, rate, p99)
 
 
-def plot(series: Series, path: Path, title: str, extra: Callable[[Any], None] | None) -> None:
+def plot(series: Series, path: Path, title: str, extra: Callable[[Any], None] | None) -> bool:
     """Throughput and p99 against concurrency, one line per series, log axes (Agg: no
-    display needed); ``extra`` draws reference lines on the throughput axes."""
+    display needed); ``extra`` draws reference lines on the throughput axes. False when
+    matplotlib (the bench extra) is missing: a smoke run still writes its tables."""
     try:
         import matplotlib
-    except ImportError:  # the bench extra; a smoke run still writes its tables
+    except ImportError:
         print(f"matplotlib is not installed: no {path.name}", file=sys.stderr)
-        return
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, ScalarFormatter
@@ -136,3 +137,4 @@ def plot(series: Series, path: Path, title: str, extra: Callable[[Any], None] | 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True

@@ -241,7 +241,9 @@ def markdown(raw: dict[str, Any], ratios: Sequence[Ratio]) -> str:
          for p in ceiling],
         "rrrr",
     )  # fmt: skip
-    out += ["", f"![throughput and p99 vs concurrency]({PLOT_NAME})", "", "## Settings", ""]
+    if raw.get("plotted", True):
+        out += ["", f"![throughput and p99 vs concurrency]({PLOT_NAME})"]
+    out += ["", "## Settings", ""]
     out += [f"- {k}: {v}" for k, v in settings.items()]
     out += [f"- server exit code after SIGTERM: {raw['server_exit']}", "", "## Machine", ""]
     out += [f"- {k}: {v}" for k, v in machine.items()]
@@ -284,8 +286,10 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> None:
         ]
         for model, label in ((BATCH_OFF, "batching off"), (BATCH_ON, "batching on"))
     }
-    plot(series, out_dir / PLOT_NAME, raw["title"], lambda ax: _ceiling_lines(ax, rows, ceiling))
-    text = markdown(raw, compute_ratios(rows, ceiling, raw["delay_us"]))
+    plotted = plot(
+        series, out_dir / PLOT_NAME, raw["title"], lambda ax: _ceiling_lines(ax, rows, ceiling)
+    )
+    text = markdown({**raw, "plotted": plotted}, compute_ratios(rows, ceiling, raw["delay_us"]))
     (out_dir / "report.md").write_text(text, encoding="utf-8")
 
 
@@ -406,7 +410,7 @@ class Batching(Scenario):
         }
         write_json(raw, out_dir / "results.json")
         write_report(raw, out_dir)
-        print(f"wrote {out_dir / 'report.md'} and {out_dir / PLOT_NAME}", file=sys.stderr)
+        print(f"wrote {out_dir / 'report.md'}", file=sys.stderr)
         if server_exit != 0:
             print(f"server exit {server_exit}; log tail:\n{server.log[-3000:]}", file=sys.stderr)
         errors = sum(r["errors"] for r in rows)
