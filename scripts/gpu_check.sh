@@ -10,7 +10,7 @@
 #   --bundle   the parts of the pruned onnxruntime-gpu (default .whl-ort; none: use what is installed)
 #   --wheels   .whl/server and .whl/client wheels (default .whl; missing: use what is installed)
 #   --bench    gpu-bench's size (python -m loadtest gpu-bench) (default standard: c = 1, 8, 64, 128; 5 s windows)
-#   --many-cores  then loadtest/many_cores.sh (needs h2load on PATH)
+#   --many-cores  then loadtest/many_cores.sh (h2load: from --wheels DIR/debs, else PATH)
 #   --steps    run only these steps (setup always runs), e.g. --steps bench to measure again
 #   BENCH_FRONTENDS=N  the bench server's --frontends (default: one per core, serve.sh's layout)
 #
@@ -106,6 +106,16 @@ setup() {
         --upgrade --target "$SITE/$env" "$WHEELS/$env"/*.whl
     fi
   done
+  # h2load for many_cores, from Debian's packages (the image has none): unpacked, not
+  # installed, and run through a wrapper that finds its libraries.
+  if ls "$WHEELS"/debs/*.deb >/dev/null 2>&1; then
+    for deb in "$WHEELS"/debs/*.deb; do dpkg -x "$deb" "$SITE/root"; done
+    mkdir -p "$SITE/bin"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+      "$SITE/root/usr/lib/x86_64-linux-gnu" "$SITE/root/usr/bin/h2load" > "$SITE/bin/h2load"
+    chmod +x "$SITE/bin/h2load"
+    "$SITE/bin/h2load" --version | head -1
+  fi
   {
     echo '#!/bin/sh'
     echo '# The server: onnxruntime-gpu and the server wheels first, then the image packages.'
@@ -166,6 +176,7 @@ bench() {
 probe() { "$SERVER_PY" -m loadtest gpu-probe; }
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
+export PATH="$SITE/bin:$PATH"  # h2load, once the setup unpacked it
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"
 export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml probe bench many_cores
 

@@ -4,6 +4,8 @@
 # PyTorch, the CUDA 13 libraries, numpy, onnx, pytest, nvidia-ml-py, cuda-python):
 #   .whl/server/  the server's runtime dependencies that image lacks or has in other versions
 #   .whl/client/  tritonclient and its protobuf 6 (the server needs protobuf 7: two targets)
+#   .whl/debs/    h2load (Debian's nghttp2-client) and the libraries it needs beyond a
+#                 Python image's, for loadtest/many_cores.sh there (apt-get download)
 #   .whl-ort/     onnxruntime-gpu with only the device code of the GPU architectures asked for,
 #                 xz-compressed and cut into parts (scripts/gpu_bundle.py says why and how)
 # usage: scripts/gpu_wheels.sh [PYTHON_VERSION=3.12] [PART_MB=57] [SM=90]
@@ -15,7 +17,7 @@ SM="${3:-90}"
 PY="${PY:-$ROOT/.venv/bin/python}"
 ORT_GPU="${ORT_GPU:-onnxruntime-gpu==1.31.1}"
 cd "$ROOT"
-rm -rf .whl .whl-ort && mkdir -p .whl/server .whl/client .whl-ort
+rm -rf .whl .whl-ort && mkdir -p .whl/server .whl/client .whl/debs .whl-ort
 download() {
   "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version "$PYV" --implementation cp \
@@ -33,8 +35,10 @@ download .whl/server "grpcio==1.85.1" "grpcio-reflection==1.85.1" "grpcio-health
   "httptools>=0.6.4" "opentelemetry-exporter-http-transport" "opentelemetry-exporter-otlp-common"
 download .whl/client "tritonclient[grpc]==2.73.0" "protobuf>=6.31,<7" "python-rapidjson" \
   "grpcio==1.85.1" "pytest-asyncio>=1.0"
+(cd .whl/debs && apt-get download -q nghttp2-client libnghttp2-14 libev4 libjemalloc2) ||
+  echo "gpu_wheels.sh: no h2load packages (apt-get download failed): many_cores will skip"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 download "$tmp" "$ORT_GPU"
 "$PY" scripts/gpu_bundle.py pack "$tmp"/*.whl .whl-ort --sm "$SM" --part-mb "$PART_MB"
-du -sh .whl/server .whl/client; ls -l .whl-ort
+du -sh .whl/server .whl/client .whl/debs; ls -l .whl-ort
