@@ -24,7 +24,7 @@ from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from wire.tracing import Sampler, Scope, TraceSettings, make_exporter
+from wire.tracing import Sampler, Scope, TraceSettings, make_exporter, tracing_on
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -162,7 +162,7 @@ class Tracing:
         self.active = False
         for model in ("", *self._sampling.models):
             level, _, count = self.settings(model)
-            self.active = self.active or _on(level, count)
+            self.active = self.active or tracing_on(level, count)
         if not self.active or self._provider is not None:
             return
         try:
@@ -200,10 +200,6 @@ class Tracing:
         """Flush and stop the exporter (blocking: call it off the event loop)."""
         if self._provider is not None:
             self._provider.shutdown()
-
-
-def _on(level: str, count: int) -> bool:
-    return level != "OFF" and count != 0
 
 
 def _parse(returned: Mapping[str, Sequence[str]]) -> dict[str, str | int]:

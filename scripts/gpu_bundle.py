@@ -93,7 +93,6 @@ def prune_fatbin_section(section: bytearray, keep_archs: Iterable[int]) -> dict[
             if arch in keep:
                 kept.append(bytes(section[entry : entry + whole]))
             else:
-                dropped[arch] = dropped.get(arch, 0) + whole
                 dropped_here[arch] = dropped_here.get(arch, 0) + whole
             entry += whole
         if entry != end:
@@ -101,10 +100,10 @@ def prune_fatbin_section(section: bytearray, keep_archs: Iterable[int]) -> dict[
         if not kept:
             # No image for the kept architectures (kernels built only for others): those GPUs
             # could not run it anyway; leave it whole rather than register an empty fat binary.
-            for arch, size in list(dropped_here.items()):
-                dropped[arch] -= size
             pos = end
             continue
+        for arch, size in dropped_here.items():
+            dropped[arch] = dropped.get(arch, 0) + size
         body = b"".join(kept)
         section[start : start + len(body)] = body
         section[start + len(body) : end] = bytes(end - start - len(body))

@@ -20,10 +20,16 @@ __all__ = [
     "TraceSettings",
     "make_exporter",
     "parse_trace_config",
+    "tracing_on",
 ]
 
 #: ``otlp-http`` is what Triton's OpenTelemetry mode uses; ``console`` prints spans.
 TRACE_EXPORTERS = ("otlp-http", "otlp-grpc", "console")
+
+
+def tracing_on(level: str, count: int) -> bool:
+    """Whether settings with this level and traces left take any trace."""
+    return level != "OFF" and count != 0
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class TraceSettings:
 
     @property
     def on(self) -> bool:
-        return self.level != "OFF" and self.count != 0
+        return tracing_on(self.level, self.count)
 
 
 def _trace_int(name: str, text: str, minimum: int) -> int:
@@ -156,7 +162,7 @@ class Sampler:
     def sample(self, model: str, parent_sampled: bool) -> bool:
         """Trace this request? (Counts it against ``rate`` and ``count``.)"""
         level, rate, count = self.effective(model)
-        if level == "OFF" or count == 0:
+        if not tracing_on(level, count):
             return False
         scope = model if model in self.models else ""
         if not parent_sampled:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from gpu_support import gpu_needs, record
-from integration_support import running_server
+from integration_support import infer_input, running_server
 from models import make_config, mlp_model, mlp_reference, write_model
 from operations_support import http_get, metrics_port
 from tritonclient.utils import InferenceServerException
@@ -53,8 +53,7 @@ def _write_mlp(root: Path, width: int = WIDTH, parameters: str = "") -> None:
 
 
 def _infer_mlp(client: grpcclient.InferenceServerClient, x: np.ndarray) -> np.ndarray:
-    tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
+    tensor = infer_input("INPUT0", x, "FP32")
     result = client.infer("mlp", [tensor], outputs=[grpcclient.InferRequestedOutput("OUTPUT0")])
     out = result.as_numpy("OUTPUT0")
     assert out is not None
@@ -189,8 +188,7 @@ def test_python_model_on_the_gpu_with_cuda_shared_memory(tmp_path: Path) -> None
         grpcclient.InferenceServerClient(server.url) as client,
     ):
         # Tensors in the request: from_dlpack on the host input, a CUDA tensor returned.
-        tensor = grpcclient.InferInput("X", list(x.shape), "FP32")
-        tensor.set_data_from_numpy(x)
+        tensor = infer_input("X", x, "FP32")
         np.testing.assert_array_equal(client.infer("torchy", [tensor]).as_numpy("Y"), x * 2 + 1)
 
         # Tensors in the client's CUDA shared memory, on the model's device.

@@ -11,7 +11,6 @@ rail for moving work between the processes (the engine issue).
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import time
 from pathlib import Path
@@ -21,9 +20,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from integration_support import running_server
+from integration_support import add_sub_inputs, running_server
 from models import write_model
-from operations_support import http_get, metrics_port
+from operations_support import metrics_port, scrape, write_add_sub
 from sequence_models import accumulator_config, accumulator_model
 from server_process import DEFAULT_REPOSITORY
 from tritonclient.utils import InferenceServerException
@@ -50,25 +49,17 @@ class TritonPythonModel:
             for _ in requests
         ]
 """
-_FAILURE = re.compile(
-    r'^nv_inference_request_failure\{model="([^"]+)",reason="(\w+)",version="(\d+)"\} (\S+)$'
-)
 
 
 def _repository(root: Path) -> Path:
     repo = root / "repo"
     shutil.copytree(DEFAULT_REPOSITORY, repo)
-    base = (repo / "add_sub" / "config.pbtxt").read_text()
-    for name, batching in (
-        # Four requests make one batch: the preferred size, long before the delay.
-        ("add_sub_batch", "preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000"),
-        # One request waits for the delay: its caller's deadline comes first (CANCELED).
-        ("add_sub_queued", "preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 20000000"),
-    ):
-        (repo / name / "1").mkdir(parents=True)
-        shutil.copy(repo / "add_sub" / "1" / "model.onnx", repo / name / "1" / "model.onnx")
-        text = base.replace('name: "add_sub"', f'name: "{name}"')
-        (repo / name / "config.pbtxt").write_text(f"{text}\ndynamic_batching {{ {batching} }}\n")
+    # Four requests make one batch: the preferred size, long before the delay.
+    batched = "preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000"
+    write_add_sub(repo, "add_sub_batch", f"dynamic_batching {{ {batched} }}")
+    # One request waits for the delay: its caller's deadline comes first (CANCELED).
+    queued = "preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 20000000"
+    write_add_sub(repo, "add_sub_queued", f"dynamic_batching {{ {queued} }}")
     write_model(repo, "accumulator", accumulator_model(), accumulator_config("accumulator"))
     (repo / "fails" / "1").mkdir(parents=True)
     (repo / "fails" / "1" / "model.py").write_text(_FAILS)
@@ -81,12 +72,8 @@ def _repository(root: Path) -> Path:
 
 
 def _add_sub_inputs(rows: int, width: int = 4) -> list[grpcclient.InferInput]:
-    out = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [rows, width], "FP32")
-        tensor.set_data_from_numpy(np.ones((rows, width), np.float32))
-        out.append(tensor)
-    return out
+    ones = np.ones((rows, width), np.float32)
+    return add_sub_inputs(ones, ones)
 
 
 async def _batched_four(url: str) -> None:
@@ -171,12 +158,11 @@ def _observed(server: Any) -> tuple[dict[str, Any], dict[tuple[str, str], float]
             model: _counts(client.get_inference_statistics(model, as_json=True)["model_stats"][0])
             for model in MODELS
         }
-    _, _, body = http_get(f"http://127.0.0.1:{metrics_port(server)}/metrics")
-    reasons = {}
-    for line in body.decode().splitlines():
-        match = _FAILURE.match(line)
-        if match and float(match.group(4)):
-            reasons[(match.group(1), match.group(2))] = float(match.group(4))
+    reasons = {
+        (model, metric.partition(":")[2]): value
+        for (metric, model, _), value in scrape(metrics_port(server)).items()
+        if metric.startswith("nv_inference_request_failure:") and value
+    }
     return counts, reasons
 
 
