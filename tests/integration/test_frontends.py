@@ -90,6 +90,36 @@ def _client(url: str) -> grpcclient.InferenceServerClient:
     )
 
 
+def _spread_clients(
+    server: ServerProcess, count: int = 8, frontends: int = 2, limit: int = 64
+) -> list[grpcclient.InferenceServerClient]:
+    """``count`` clients whose connections reach every frontend.
+
+    The kernel hashes each connection to one SO_REUSEPORT listener, so eight connections
+    all land on one of two frontends once in 128 runs; a test of the spread must not
+    depend on that draw. Each new client sends one failing probe, and the pid of the
+    frontend that logs it says where its connection went.
+    """
+    placed: list[tuple[grpcclient.InferenceServerClient, str]] = []
+    while len(placed) < count or len({pid for _, pid in placed}) < frontends:
+        assert len(placed) < limit, f"{limit} connections reached one frontend only"
+        client = _client(server.url)
+        tag = f"probe-{len(placed)}-{time.monotonic_ns()}"
+        with pytest.raises(InferenceServerException):
+            client.infer("no_such_model", [_int_input(0)], request_id=tag)
+        wait_for_log(server, f"request id '{tag}'")
+        line = next(ln for ln in server.log.splitlines() if f"request id '{tag}'" in ln)
+        placed.append((client, line.split()[2]))
+    # One client per frontend first, then the rest in order; the surplus is closed.
+    firsts = {pid: client for client, pid in reversed(placed)}
+    chosen = list(firsts.values())
+    chosen += [client for client, _ in placed if client not in chosen][: count - len(chosen)]
+    for client, _ in placed:
+        if client not in chosen:
+            client.close()
+    return chosen
+
+
 def _slow_inputs(batch: int = 1) -> list[grpcclient.InferInput]:
     return add_sub_inputs(np.ones((batch, 16), np.float32), np.ones((batch, 16), np.float32))
 
@@ -240,7 +270,7 @@ def test_tensors_small_and_large_cross_exactly(server: ServerProcess, width: int
 def test_log_settings_changed_through_one_frontend_apply_in_all(server: ServerProcess) -> None:
     """The engine owns the settings and broadcasts them: with warnings off (set through
     one connection), no frontend logs a request error; back on, every frontend does."""
-    clients = [_client(server.url) for _ in range(8)]
+    clients = _spread_clients(server)
 
     def fail_everywhere(tag: str) -> None:
         for i, c in enumerate(clients):
@@ -255,14 +285,14 @@ def test_log_settings_changed_through_one_frontend_apply_in_all(server: ServerPr
             "bool_param": True
         }
         fail_everywhere("loud")
-        wait_for_log(server, "request id 'loud-7'")
+        wait_for_log(server, f"request id 'loud-{len(clients) - 1}'")
     finally:
         for c in clients:
             c.close()
     assert "request id 'quiet-" not in server.log
     loud = [line for line in server.log.splitlines() if "request id 'loud-" in line]
     pids = {line.split()[2] for line in loud}
-    assert len(loud) == 8 and len(pids) >= 2, loud  # logged by more than one frontend
+    assert len(loud) == len(clients) and len(pids) >= 2, loud  # logged by every frontend
 
 
 def test_a_region_registered_through_one_frontend_serves_every_frontend(
@@ -271,7 +301,7 @@ def test_a_region_registered_through_one_frontend_serves_every_frontend(
     """One registry, in the engine: a region registered on one connection is listed, read
     and written by requests on connections spread over the frontends, and unregistered
     through yet another."""
-    clients = [_client(server.url) for _ in range(8)]
+    clients = _spread_clients(server)
     slot = 16 * 4  # one FP32 [1, 16] tensor
     values = np.arange(8 * 16, dtype=np.float32)
     try:
