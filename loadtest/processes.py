@@ -1,4 +1,4 @@
-"""The processes a benchmark starts from this checkout (the service, the gateway, the bare
+"""The processes a benchmark starts from this checkout (the service and the bare
 servicer), each ready once its start-up line names the port it bound (port 0: no race for
 a free port), built on the tests' ``LoggedProcess``. The service's interpreter is
 SERVICE_PYTHON when set (as in the tests and on a GPU machine)."""
@@ -33,23 +33,6 @@ def engine_pid(proc: LoggedProcess) -> int | None:
     one place every request passes, so its loop thread is the first suspect."""
     found = _ENGINE.search(proc.log)
     return int(found.group(1)) if found else None
-
-
-class _Gateway(LoggedProcess):
-    name = "gateway"
-    started = re.compile(r"Started HTTPService at [^\s:]+:(\d+)")
-
-
-def gateway(target: str, workers: int = 1, local_socket: str = "") -> LoggedProcess:
-    """``python -m gateway`` in front of ``target``; ``local_socket``: the service's
-    ``--grpc-local-socket``, as scripts/serve.sh runs them. Not started."""
-    return _Gateway(
-        [
-            *(SERVICE_PY, "-m", "gateway", "--grpc-target", target, "--workers", str(workers)),
-            *("--http-address", "127.0.0.1", "--http-port", "0"),
-            *(("--grpc-local-socket", local_socket) if local_socket else ()),
-        ]
-    )
 
 
 def bare_servicer(label: str, *flags: str) -> LoggedProcess:

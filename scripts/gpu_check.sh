@@ -22,7 +22,6 @@
 #   tensorrt    the TensorRT provider, or "skipped: <reason>"
 #   python_gpu  a Python model computing with PyTorch on the GPU (from_dlpack), CUDA shared memory
 #   nvml        nv_gpu_* metrics: memory grows with a loaded model, utilization > 0 under load
-#   probe       python -m loadtest gpu-probe: one execution's cost in the backend, without the server
 #   bench       python -m loadtest gpu-bench in the default layout (one frontend per core)
 #   many_cores  loadtest/many_cores.sh, only with --many-cores
 # The summary table (step, result, figure) is printed last and kept in DIR/summary.md; the exit
@@ -173,12 +172,11 @@ bench() {
     --out-dir "$OUT/gpu_bench" || return $?
   grep -E '^- (mlp|cnn) at c=' "$OUT/gpu_bench/report.md" | sed 's/^- /FIGURE: /'
 }
-probe() { "$SERVER_PY" -m loadtest gpu-probe; }
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
 export PATH="$SITE/bin:$PATH"  # h2load, once the setup unpacked it
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"
-export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml probe bench many_cores
+export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml bench many_cores
 
 step setup 180 setup
 if ! grep -q $'^setup\tpassed' "$OUT/summary.tsv"; then
@@ -188,7 +186,6 @@ else
   step tensorrt 120 tensorrt
   step python_gpu 240 python_gpu
   step nvml 180 nvml
-  step probe 120 probe
   if [ "$BENCH" = none ] && [ "$STEPS" = all ]; then
     printf 'bench\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
   else

@@ -1,4 +1,4 @@
-"""Replicas of the server behind nginx on loopback (tests and python -m loadtest replicas-bench).
+"""Replicas of the server behind nginx on loopback, for the tests.
 
 Standard library only, like server_process.py, so both environments use it. A replica is
 one service process and, unless asked otherwise, its REST gateway; the balancer is the

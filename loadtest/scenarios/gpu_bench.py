@@ -1,5 +1,4 @@
-"""GPU: served throughput with dynamic batching vs in-process onnxruntime CUDA (gpu-bench),
-and one execution's cost in the backend without the server (gpu-probe, below).
+"""GPU: served throughput with dynamic batching vs in-process onnxruntime CUDA (gpu-bench).
 
 An MLP (``--width`` 4096, 3 layers) and a small CNN (2 convolutions, 64x64 RGB) on
 ``KIND_GPU`` with ``dynamic_batching``, closed-loop at each ``--concurrency`` from
@@ -18,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,13 +38,8 @@ from loadtest.report import table, write_json
 from loadtest.repository import batching, onnx_model, parameters
 from loadtest.scenario import Scenario, register, window_args
 from loadtest.scenarios.batching import ceiling_size
-from service.backends.base import InstanceSpec
-from service.backends.onnxruntime import OnnxRuntimeBackend
-from service.backends.onnxruntime.backend import OnnxRuntimeInstance
 from service.backends.onnxruntime.binding import BoundRunner, PinnedBuffers
 from service.gpus import inventory
-from service.repository.config_file import read_config
-from service.repository.layout import discover_models
 
 CUDA = "CUDAExecutionProvider"
 TARGET_CONCURRENCY, TARGET_RATIO = 64, 0.8
@@ -236,7 +228,7 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> str:
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
-    """The model options, shared with gpu-probe (which builds the same repository)."""
+    """The model options of the repository the bench builds."""
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--instances", type=int, default=2, help="instances on the GPU")
     parser.add_argument("--delay-us", type=int, default=500)
@@ -314,92 +306,3 @@ class GpuBench(Scenario):
         print(write_report(raw, args.out_dir))
         errors = sum(r["errors"] for r in rows)
         return 0 if server_exit == 0 and errors == 0 else 1
-
-
-def _timed(call: Callable[[], object], repeats: int) -> float:
-    """Median milliseconds of ``repeats`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
-def _open(root: Path, model: str) -> OnnxRuntimeInstance:
-    config = read_config(discover_models([root])[model])
-    return OnnxRuntimeBackend().open(
-        config, root / model / "1", InstanceSpec(f"{model}_0_0", "KIND_GPU", 0, 4)
-    )
-
-
-def probe_cnn(args: argparse.Namespace, search: str, sizes: list[int]) -> str:
-    with tempfile.TemporaryDirectory(prefix="gpu-probe-") as tmp:
-        build_repository(
-            Path(tmp), argparse.Namespace(**{**vars(args), "conv_algo_search": search})
-        )
-        instance = _open(Path(tmp), "cnn")
-        rng = np.random.default_rng(0)
-        first, again = [], []
-        try:
-            for size in sizes:
-                x = {"INPUT0": rng.random((size, 3, 64, 64), dtype=np.float32)}
-                first.append(_timed(lambda x=x: instance.execute(x, ["OUTPUT0"]), 1))
-                again.append(_timed(lambda x=x: instance.execute(x, ["OUTPUT0"]), 5))
-        finally:
-            instance.close()
-    return (
-        f"cnn, cudnn_conv_algo_search {search}: first run of a new batch size "
-        f"{statistics.median(first):.1f} ms median (max {max(first):.1f}), "
-        f"repeat {statistics.median(again):.2f} ms, over sizes {sizes[0]}..{sizes[-1]}"
-    )
-
-
-def probe_mlp(args: argparse.Namespace) -> str:
-    with tempfile.TemporaryDirectory(prefix="gpu-probe-") as tmp:
-        build_repository(Path(tmp), args)
-        instance = _open(Path(tmp), "mlp")
-        session = instance._session  # the very session the instance runs
-        x = np.random.default_rng(0).random((args.batch, args.width), dtype=np.float32)
-        try:
-            served = _timed(lambda: instance.execute({"INPUT0": x}, ["OUTPUT0"]), 200)
-            plain = _timed(lambda: session.run(["OUTPUT0"], {"INPUT0": x}), 200)
-        finally:
-            instance.close()
-    return (
-        f"mlp 3x{args.width} batch {args.batch}: instance.execute {served:.3f} ms, "
-        f"session.run {plain:.3f} ms (median of 200, one thread)"
-    )
-
-
-@register
-class GpuProbe(Scenario):
-    """GPU: one execution in the ONNX Runtime backend without the server; cuDNN's search.
-
-    The CNN's first execution of each new batch size (where cuDNN's convolution algorithm
-    search runs) against a repeat, per ``cudnn_conv_algo_search``; and the MLP's
-    ``instance.execute`` (pinned staging, IO binding, output copied back) against plain
-    ``session.run`` on the same session, one thread. About 30 s; prints FIGURE lines.
-    """
-
-    name = "gpu-probe"
-
-    @staticmethod
-    def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--width", type=int, default=4096)
-        parser.add_argument("--batch", type=int, default=12)
-        parser.add_argument("--sizes", type=int, default=8, help="CNN batch sizes 1..N")
-
-    @staticmethod
-    def run(args: argparse.Namespace) -> int:
-        reason = no_gpu_reason()
-        if reason is not None:
-            print(f"gpu-probe: no usable GPU here: {reason}", file=sys.stderr)
-            return 2
-        bench = {"delay_us": 500, "cuda_graphs": False, "device": "gpu", "instances": 1}
-        args = argparse.Namespace(**vars(args), **bench, conv_algo_search="exhaustive")
-        sizes = list(range(1, args.sizes + 1))
-        for search in sorted(CONV_ALGO_SEARCH):
-            print("FIGURE:", probe_cnn(args, search, sizes), flush=True)
-        print("FIGURE:", probe_mlp(args), flush=True)
-        return 0

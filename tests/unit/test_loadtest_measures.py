@@ -20,7 +20,7 @@ import pytest
 from loadtest import metrics
 from loadtest.loadgen import drive
 from loadtest.scenario import parse
-from loadtest.scenarios import batching, cpu_bench, scaling_bench, shm_bench
+from loadtest.scenarios import batching, cpu_bench, scaling_bench
 
 # A parent that idles while its child burns 0.4 s of CPU and then stays alive (only live
 # descendants are counted); the parent ends the child when its stdin closes.
@@ -134,9 +134,15 @@ def test_cpu_targets_keep_only_what_the_run_measured() -> None:
 
 
 def test_quick_sets_its_values_and_leaves_the_rest() -> None:
-    args = parse(shm_bench.ShmBench, ["--quick", "--sizes", "1"])
-    assert (args.duration, args.warmup, args.rounds, args.sizes) == (2.0, 0.5, 1, [1.0])
-    assert parse(shm_bench.ShmBench, []).duration == 6.0
+    args = parse(cpu_bench.CpuBench, ["--quick", "--only", "add_sub"])
+    assert (args.duration, args.rounds, args.latency_seconds, args.only) == (
+        3.0,
+        1,
+        3.0,
+        ["add_sub"],
+    )
+    full = parse(cpu_bench.CpuBench, ["--rounds", "5"])
+    assert (full.duration, full.rounds, full.latency_seconds) == (8.0, 5, 6.0)
 
 
 async def test_drive_ends_at_its_cap_not_at_the_window_end() -> None:
