@@ -34,7 +34,9 @@ log = logging.getLogger("service")
 class Runtime:
     """Built from the config; ``start`` loads the models, ``stop_*`` take it down."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, isolate: bool = False) -> None:
+        """``isolate``: ONNX Runtime instances in worker processes (only the engine of the
+        split layout asks, with ``SERVICE_INSTANCE_WORKERS=1``: decision 030)."""
         self.config = config
         latency = config.metrics.latency
         if config.metrics.enabled and latency.observed:
@@ -46,6 +48,7 @@ class Runtime:
             mode=self.mode,
             startup_models=config.load_models,
             limits=ConfigLimits(max_instances=config.max_instances_per_model),
+            isolate=isolate,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(

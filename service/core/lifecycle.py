@@ -64,9 +64,11 @@ class ModelManager:
         mode: ControlMode = ControlMode.NONE,
         startup_models: Sequence[str] = (),
         limits: ConfigLimits | None = None,
+        isolate: bool = False,
     ) -> None:
         self._repositories = list(repositories)
         self._limits = limits or ConfigLimits()
+        self._isolate = isolate  # instances in worker processes (service/backends/isolated)
         self._mode = mode
         self._startup_models = list(startup_models)
         self._models: dict[str, ModelEntry] = {}
@@ -384,7 +386,12 @@ class ModelManager:
             loaded = await asyncio.gather(
                 *(
                     asyncio.to_thread(
-                        load_version, config, v, directory.version_path(v), self._limits
+                        load_version,
+                        config,
+                        v,
+                        directory.version_path(v),
+                        self._limits,
+                        self._isolate,
                     )
                     for v in versions
                 )

@@ -14,6 +14,7 @@ from pathlib import Path
 from inference import model_config_pb2 as mc
 
 from ..backends.base import ModelInstance, RequestInstance
+from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
 from ..gpus import inventory
 from ..repository.completion import check_against_signature, complete
@@ -38,17 +39,23 @@ _LOAD_LOCK = threading.Lock()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _resident_bytes() -> int:
+def _resident_bytes(pid: int | str = "self") -> int:
     try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
             return int(statm.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
 
 def load_version(
-    base_config: mc.ModelConfig, version: int, path: Path, limits: ConfigLimits | None = None
+    base_config: mc.ModelConfig,
+    version: int,
+    path: Path,
+    limits: ConfigLimits | None = None,
+    isolate: bool = False,
 ) -> ModelVersion:
+    """``isolate``: instances of the backends in ``ISOLATED_BACKENDS`` run in worker
+    processes (the split layout)."""
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
@@ -61,6 +68,8 @@ def load_version(
             raise ValueError(f"version folder {version} does not exist")
         model.labels = read_labels(config, path.parent)
         backend = get_backend(config.backend)
+        if isolate and backend.name in ISOLATED_BACKENDS:
+            backend = IsolatedBackend(backend)
         specs = instance_specs(config, backend_gpu=backend.supports_gpu)
         gpus = sorted({s.device_id for s in specs if s.kind == "KIND_GPU"})
         with _LOAD_LOCK:
@@ -72,9 +81,15 @@ def load_version(
                 complete(config, signature)
                 check_against_signature(config, signature)
             instances.extend(backend.open(config, path, spec) for spec in specs[1:])
-            model.stats.memory_bytes = max(0, _resident_bytes() - before)
+            workers = [p for p in (getattr(i, "worker_pid", None) for i in instances) if p]
+            model.stats.memory_bytes = max(0, _resident_bytes() - before) + sum(
+                _resident_bytes(pid) for pid in workers
+            )
             if gpus:
                 gpu_after = inventory().process_memory()
+                for pid in workers:  # a worker's device memory is all this model's
+                    for g, used in inventory().process_memory(pid).items():
+                        gpu_after[g] = gpu_after.get(g, 0) + used
                 model.stats.gpu_memory_bytes = {
                     g: max(0, gpu_after.get(g, 0) - gpu_before.get(g, 0)) for g in gpus
                 }

@@ -66,7 +66,9 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
             log.error("the supervisor process is gone: stopping the engine")
             leave(1)
 
-    runtime = Runtime(config)
+    # ONNX Runtime instances in worker processes: measured slower on 2 cores (decision 030),
+    # so only on request until the hop is cheaper.
+    runtime = Runtime(config, isolate=os.environ.get("SERVICE_INSTANCE_WORKERS") == "1")
     if not await runtime.start_models():
         parent.send(("failed", 0))
         return 1

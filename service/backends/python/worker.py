@@ -1,8 +1,6 @@
 """The server's handle on one worker process: spawn, control calls, a reader thread, reaping.
 
-The worker is started with ``subprocess`` (fork+exec of the server's interpreter, never a
-bare fork of the threaded server) and gets one end of a socketpair; the server's end is not
-inheritable, so the worker sees end-of-stream as soon as the server exits, however it exits.
+The worker is started by ``spawn_worker`` (a fresh interpreter, one end of a socketpair).
 Replies to control calls (load, initialize, finalize) are handed to the caller waiting in
 ``call``; everything else (responses, "executed", cancellation queries) goes to the
 ``on_message`` callback, on the reader thread. When the worker dies the reader reaps it and
@@ -13,20 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import select
-import signal
-import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import wire
-
+from ..spawn import describe_exit, spawn_worker
 from .protocol import Channel, ChannelClosed
 
 __all__ = ["WorkerDied", "WorkerProcess"]
@@ -34,8 +26,6 @@ __all__ = ["WorkerDied", "WorkerProcess"]
 log = logging.getLogger(__name__)
 
 _CONTROL_REPLIES = {"ready", "loaded", "initialized", "failed", "finalized"}
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding 'service'
-_WIRE_ROOT = str(Path(wire.__file__).resolve().parents[1])  # the folder holding 'wire'
 
 OnMessage = Callable[[tuple[Any, ...], int | None], None]
 OnExit = Callable[[str], None]
@@ -53,30 +43,9 @@ class WorkerProcess:
         self._on_exit = on_exit
         self._replies: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._exit_reason = ""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        paths = (_PACKAGE_ROOT, _WIRE_ROOT, env.get("PYTHONPATH"))
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
-        try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "service.backends.python.stub",
-                    str(theirs.fileno()),
-                    str(inline_limit),
-                    str(pool_bytes),
-                ],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # terminal signals go to the server, which stops us
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
+        self.process, ours = spawn_worker(
+            "service.backends.python.stub", str(inline_limit), str(pool_bytes)
+        )
         self.pid = self.process.pid
         self.channel = Channel(ours, inline_limit, pool_bytes)
         self._reader = threading.Thread(
@@ -165,9 +134,4 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        if code < 0:
-            try:
-                return f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"was killed by signal {-code}"
-        return f"exited with code {code}"
+        return describe_exit(code)

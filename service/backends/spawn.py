@@ -1,0 +1,56 @@
+"""Starting a worker process of the server: fork+exec of the server's interpreter.
+
+A worker is never a bare fork of the threaded server: ``subprocess`` runs a fresh
+interpreter on ``python -m MODULE FD ...`` and hands it one end of a socketpair. The
+server's end is not inheritable, so the worker sees end-of-stream as soon as the server
+exits, however it exits. The worker gets a session of its own: terminal signals go to
+the server, which stops its workers itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import wire
+
+__all__ = ["describe_exit", "spawn_worker"]
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding 'service'
+_WIRE_ROOT = str(Path(wire.__file__).resolve().parents[1])  # the folder holding 'wire'
+
+
+def spawn_worker(module: str, *args: str) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start ``python -m module FD *args``; returns the process and the server's end."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    env = dict(os.environ)
+    paths = (_PACKAGE_ROOT, _WIRE_ROOT, env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, str(theirs.fileno()), *args],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return process, ours
+
+
+def describe_exit(code: int) -> str:
+    """How a worker ended, from its exit status: "was killed by signal SIGKILL", say."""
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
