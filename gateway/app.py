@@ -19,6 +19,7 @@ import orjson
 
 from inference import grpc_service_pb2 as pb
 from inference import http_route_pb2 as hr
+from wire.heap import after_failed_request
 
 from .access import Access
 from .channel import ServiceChannel
@@ -138,6 +139,8 @@ class GatewayApp:
             log.exception("unhandled error serving %s %s", method, raw_path.decode("latin-1"))
             error = "internal error in the gateway"
             response = error_response(GatewayError(500, error))
+        if error is not None or response.status >= 400:
+            after_failed_request(len(request.body))  # a large body's pages back to the OS
         trace = request.trace
         if trace is not None:  # the span ends once the answer is sent (streams included)
             status = response.status

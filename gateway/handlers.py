@@ -125,9 +125,15 @@ class Handlers:
             return getattr(self._unary, rpc)(message, metadata=metadata or None)
         except grpc.RpcError as exc:
             error = rpc_error(exc, self._target)
-            if error.status == 503 and self._on_unavailable is not None:
-                self._on_unavailable()
+        if error.status == 503 and self._on_unavailable is not None:
+            self._on_unavailable()
+        try:
             raise error from None
+        finally:
+            # The error's traceback holds this frame; without the local the frame holds no
+            # path back to the error, so no reference cycle keeps ``message`` (a refused
+            # request of hundreds of MB, say) alive until the next cyclic collection.
+            del error
 
     @staticmethod
     def _status(route: Route, response: Any) -> HttpResponse:

@@ -25,6 +25,11 @@ DEFAULT_ARENA_BYTES = 256 << 20
 #: Tensors up to this size ride inside the frame: copying them is cheaper than a block.
 INLINE_MAX = 16 << 10
 _MIN_CLASS = (INLINE_MAX + 1 - 1).bit_length()  # smallest block: 32 KiB
+#: Blocks of 16 MiB and more give their pages back when freed (``MADV_REMOVE`` punches
+#: them out of the memory file): a rare large tensor must not leave both processes that
+#: map the arena that much larger; smaller blocks stay warm for reuse.
+_RELEASE_CLASS = 24
+_REMOVE = getattr(mmap, "MADV_REMOVE", getattr(mmap, "MADV_DONTNEED", 4))
 
 
 class Arena:
@@ -84,6 +89,8 @@ class Arena:
         cls = self._class_of.pop(offset)
         self.in_use -= 1 << cls
         self._free.setdefault(cls, []).append(offset)
+        if cls >= _RELEASE_CLASS:  # a large block's pages go back (in every mapping)
+            self.memory.madvise(_REMOVE, offset, 1 << cls)
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         self.view[offset : offset + len(data)] = data

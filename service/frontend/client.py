@@ -212,6 +212,11 @@ class EngineClient:
         except asyncio.CancelledError:
             self._cancel(rid)
             raise
+        finally:
+            # An error's traceback holds this frame: without these locals the frame holds
+            # no path back to the error (future -> exception), so no reference cycle keeps
+            # a refused request (hundreds of MB, say) alive until the next cyclic GC.
+            del future, entry
         return result
 
     async def stream_infer(
@@ -237,6 +242,7 @@ class EngineClient:
                     raise item
                 yield item
         finally:
+            item = None  # a raised error must not stay reachable from its own traceback
             if not finished:
                 self._cancel(rid)
 
@@ -253,6 +259,8 @@ class EngineClient:
         except asyncio.CancelledError:
             self._cancel(rid)
             raise
+        finally:
+            del future, entry  # no cycle through the error's traceback (see infer)
 
     async def is_live(self) -> bool:
         return bool(await self.call("is_live"))

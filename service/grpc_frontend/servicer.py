@@ -12,10 +12,10 @@ import grpc
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from wire.heap import after_failed_request
 
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing, TraceScope
 from ..errors import InvalidArgument, ServerError, Unimplemented
-from ..heap import after_failed_request
 from ..types import InferRequest
 from .answers import AnswerTracker, refuse_stream
 from .codec import (

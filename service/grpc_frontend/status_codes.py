@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from wire.heap import after_failed_request
+
 from ..errors import ErrorCode, InvalidArgument, ServerError
-from ..heap import after_failed_request
 from .registration import Malformed
 
 __all__ = ["GRPC_STATUS", "grpc_errors", "log_request_error", "request_bytes"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from service.heap import HeapTrimmer
+from wire.heap import HeapTrimmer
 
 
 class _Recorder:

@@ -8,7 +8,9 @@ above the baseline after a refused 300 MB request. ``malloc_trim`` returns them;
 a request at least ``threshold`` bytes large failed. The request's buffers are freed a
 moment after its error is known (once the status is sent), so the thread trims after
 ``delays`` (a short one, and a longer one in case the event loop was busy); a failure in
-the meantime starts the schedule again. Figures: docs/decisions/024-hostile-input.md.
+the meantime starts the schedule again. The gRPC frontends and the REST gateway both call
+it (the gateway's handler threads leave a large body in their own malloc arenas).
+Figures: docs/decisions/024-hostile-input.md.
 """
 
 from __future__ import annotations
@@ -96,5 +98,6 @@ _TRIMMER = HeapTrimmer(_glibc_trim())
 
 
 def after_failed_request(nbytes: int) -> None:
-    """Called by the frontends when a request of ``nbytes`` bytes was refused or failed."""
+    """Called by a frontend or the gateway when a request of ``nbytes`` bytes was refused or
+    failed."""
     _TRIMMER.after_failed_request(nbytes)
