@@ -5,6 +5,12 @@ grpcio-reflection implements only v1alpha. The two protocols are the same messag
 another package (identical field numbers), so v1 is served by the same servicer through a
 generic handler with v1alpha's (de)serializers, and a v1 copy of the v1alpha file
 descriptor is added to the descriptor pool so that v1 itself can be described.
+
+Symbols resolve as in grpc's C++ reflection (``DescriptorPool::FindFileContainingSymbol``):
+services, messages (nested too), fields, oneofs, enums, enum values, and methods. The
+Python pool (upb) knows all but methods, so ``grpcurl describe Service.Method`` answered
+"Symbol not found"; ``_SymbolPool`` adds them. Every answer carries the file and the files
+it depends on, transitively; an unknown name is an error response with NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .registration import add_service, parser, refusing_malformed
@@ -48,11 +54,49 @@ def _add_v1_descriptor(pool: descriptor_pool.DescriptorPool) -> None:
     pool.Add(proto)
 
 
+class _SymbolPool:
+    """The pool the reflection servicer reads (it calls only these five), with a
+    service's methods as symbols: ``<package>.<Service>.<Method>`` is in the service's file."""
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
+        self._pool = pool
+
+    def FindFileContainingSymbol(self, symbol: str) -> descriptor.FileDescriptor:
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            service_name, _, method = symbol.rpartition(".")
+            try:
+                service = self._pool.FindServiceByName(service_name)
+            except KeyError:
+                service = None
+            if service is None or method not in service.methods_by_name:
+                raise
+            return service.file
+
+    def FindFileByName(self, name: str) -> descriptor.FileDescriptor:
+        return self._pool.FindFileByName(name)
+
+    def FindMessageTypeByName(self, name: str) -> descriptor.Descriptor:
+        return self._pool.FindMessageTypeByName(name)
+
+    def FindExtensionByNumber(
+        self, message: descriptor.Descriptor, number: int
+    ) -> descriptor.FieldDescriptor:
+        return self._pool.FindExtensionByNumber(message, number)
+
+    def FindAllExtensions(self, message: descriptor.Descriptor) -> list[descriptor.FieldDescriptor]:
+        return self._pool.FindAllExtensions(message)
+
+
 def enable_reflection(service_names: tuple[str, ...], server: grpc.aio.Server) -> None:
     """Serve reflection for ``service_names`` (both reflection services are added)."""
-    _add_v1_descriptor(descriptor_pool.Default())
+    pool = descriptor_pool.Default()
+    _add_v1_descriptor(pool)
     names = (*service_names, V1_SERVICE_NAME, reflection.SERVICE_NAME)
-    servicer = reflection.aio.ReflectionServicer(names)  # type: ignore[attr-defined]
+    servicer = reflection.aio.ReflectionServicer(  # type: ignore[attr-defined]
+        names, pool=_SymbolPool(pool)
+    )
     # Registered through wire.py: bytes that do not parse get INVALID_ARGUMENT.
     add_service(server, _ALPHA_SERVICE, servicer, checks_own=False)
     handler: Any = grpc.stream_stream_rpc_method_handler(

@@ -17,6 +17,7 @@ from server_process import ServerProcess
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from inference import model_config_pb2 as mc
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -198,6 +199,108 @@ def test_reflection_file_matches_generated_descriptor(
     assert served.name == pb.DESCRIPTOR.name
     assert served.package == "inference"
     assert sorted(served.message_types_by_name) == sorted(pb.DESCRIPTOR.message_types_by_name)
+
+
+REFLECTION_SERVICES = ["grpc.reflection.v1alpha", "grpc.reflection.v1"]
+
+
+def with_dependencies(file: descriptor.FileDescriptor) -> list[str]:
+    """The files an answer about ``file`` carries: itself, then its dependencies, depth
+    first, each once (grpc's FillFileDescriptorResponse)."""
+    names = [file.name]
+    for dependency in file.dependencies:
+        names += [n for n in with_dependencies(dependency) if n not in names]
+    return names
+
+
+def reflect(channel: grpc.Channel, service: str, symbols: list[str]) -> list[list[str] | int]:
+    """file_containing_symbol for each symbol, on one stream: the names of the files the
+    answer carries, in order, or the error code of an error response."""
+    call = channel.stream_stream(
+        f"/{service}.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [reflection_pb2.ServerReflectionRequest(file_containing_symbol=s) for s in symbols]
+    answers: list[list[str] | int] = []
+    for request, response in zip(requests, call(iter(requests), timeout=10), strict=True):
+        assert response.original_request == request
+        if response.HasField("error_response"):
+            answers.append(response.error_response.error_code)
+            continue
+        answers.append(
+            [
+                descriptor_pb2.FileDescriptorProto.FromString(raw).name
+                for raw in response.file_descriptor_response.file_descriptor_proto
+            ]
+        )
+    return answers
+
+
+@pytest.mark.parametrize("service", REFLECTION_SERVICES)
+def test_symbols_resolve_to_their_files(channel: grpc.Channel, service: str) -> None:
+    """Services, methods (grpcurl's `describe Service.Method`: was "Symbol not found"),
+    messages, nested messages, fields, enums and enum values each give the file that
+    defines them, then its dependencies, as grpc's C++ reflection does."""
+    inference_file = with_dependencies(pb.DESCRIPTOR)
+    config_file = with_dependencies(mc.DESCRIPTOR)
+    health_file = with_dependencies(health_pb2.DESCRIPTOR)
+    reflection_file = (
+        reflection_pb2.DESCRIPTOR.name
+        if service.endswith("v1alpha")
+        else "grpc/reflection/v1/reflection.proto"
+    )
+    expected: dict[str, list[str]] = {
+        SERVICE: inference_file,
+        f"{SERVICE}.ModelInfer": inference_file,
+        f"{SERVICE}.ModelStreamInfer": inference_file,
+        f"{SERVICE}.RepositoryModelLoad": inference_file,
+        "inference.ModelInferRequest": inference_file,
+        "inference.ModelInferRequest.InferInputTensor": inference_file,
+        "inference.ModelInferRequest.model_name": inference_file,
+        "inference.ModelInferRequest.InferInputTensor.datatype": inference_file,
+        "inference.InferParameter.parameter_choice": inference_file,
+        "inference.ModelConfig": config_file,
+        "inference.ModelConfig.max_batch_size": config_file,
+        "inference.DataType": config_file,
+        "inference.TYPE_FP32": config_file,
+        "grpc.health.v1.Health.Check": health_file,
+        "grpc.health.v1.HealthCheckRequest.service": health_file,
+        f"{service}.ServerReflection.ServerReflectionInfo": [reflection_file],
+    }
+    assert reflect(channel, service, list(expected)) == list(expected.values())
+
+
+@pytest.mark.parametrize("service", REFLECTION_SERVICES)
+def test_unknown_symbols_are_not_found(channel: grpc.Channel, service: str) -> None:
+    """An unknown name is an error response with NOT_FOUND, and the stream goes on."""
+    unknown = [
+        f"{SERVICE}.NoSuchMethod",
+        f"{SERVICE}.ModelInfer.model_name",  # a method has no members
+        "inference.ModelInferRequest.no_such_field",
+        "inference.NoSuchMessage",
+        "no.such.Service.ModelInfer",
+        "ModelInfer",
+        f".{SERVICE}",  # fully qualified names have no leading dot here
+        "",
+    ]
+    not_found = grpc.StatusCode.NOT_FOUND.value[0]
+    answers = reflect(channel, service, [*unknown, f"{SERVICE}.ModelInfer"])
+    assert answers == [*[not_found] * len(unknown), with_dependencies(pb.DESCRIPTOR)]
+
+
+def test_method_descriptor_through_reflection(channel: grpc.Channel) -> None:
+    """What a reflection client does for `describe inference.GRPCInferenceService.ModelInfer`:
+    a pool that knows nothing asks for the method's file and describes the method from it."""
+    pool = DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
+    method = pool.FindMethodByName(f"{SERVICE}.ModelInfer")
+    assert method.containing_service.full_name == SERVICE
+    assert method.input_type.full_name == "inference.ModelInferRequest"
+    assert method.output_type.full_name == "inference.ModelInferResponse"
+    with pytest.raises(KeyError):
+        DescriptorPool(ProtoReflectionDescriptorDatabase(channel)).FindMethodByName(
+            f"{SERVICE}.NoSuchMethod"
+        )
 
 
 # --------------------------------------------------------------------------- health
