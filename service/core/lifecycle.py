@@ -20,7 +20,7 @@ from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
 from ..repository.limits import ConfigLimits, check_config
-from ..repository.staging import StagingArea
+from ..repository.staging import StagingArea, StagingFailure
 from ..repository.version_policy import select_versions
 from ..scheduling.ensemble import StepRunner
 from .dependencies import dependency_waves, with_composing
@@ -41,10 +41,12 @@ class ControlMode(enum.Enum):
     POLL = "poll"
 
 
-def _poll_failed(name: str) -> str:
-    """Triton's answer to a load of a model it cannot read (missing, bad config); the
-    reason itself is logged and shown by the repository index."""
-    return f"failed to load '{name}', failed to poll from model repository"
+def _poll_failed(name: str, reason: str = "") -> str:
+    """Triton's answer to a load of a model it cannot read (missing, bad config, sent files
+    it cannot put in place). The reason is logged; a repository model's is shown by the
+    index, sent files' (they have no index entry) follows Triton's text."""
+    answer = f"failed to load '{name}', failed to poll from model repository"
+    return f"{answer}: {reason}" if reason else answer
 
 
 def _load_failed(name: str, entry: ModelEntry) -> str:
@@ -149,6 +151,9 @@ class ModelManager:
             if files:
                 try:
                     path = await asyncio.to_thread(self._staging.stage, name, files)
+                except StagingFailure as exc:  # Triton's localize step fails, and its poll
+                    log.error("poll failed for the files sent with model '%s': %s", name, exc)
+                    raise Internal(_poll_failed(name, str(exc))) from None
                 except ValueError as exc:
                     raise InvalidArgument(f"failed to load '{name}': {exc}") from None
                 directory = model_directory(name, path, path.parent)

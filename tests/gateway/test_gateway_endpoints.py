@@ -17,9 +17,11 @@ from pathlib import Path
 import models
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 from conftest import running_gateway
 from gateway_process import GatewayProcess, Reply, http_request
 from server_process import ServerProcess
+from tritonclient.utils import InferenceServerException
 
 ADD_SUB = {
     "inputs": [
@@ -514,6 +516,47 @@ def test_load_unknown_model(explicit: GatewayProcess) -> None:
     reply = post(explicit, "/v2/repository/models/missing/load")
     assert reply.status == 500, reply
     assert reply.error == "failed to load 'missing', failed to poll from model repository"
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "error"),
+    [
+        (
+            "file:" + "A" * 256,
+            "500",
+            "failed to load 'ident_a', failed to poll from model repository: file name '"
+            + "A" * 256
+            + "' has a part longer than 255 bytes, the file system's limit",
+        ),
+        (
+            "file:1/../../x",
+            "500",
+            "failed to load 'ident_a', failed to poll from model repository: "
+            "file name '1/../../x' must stay within the model directory",
+        ),
+        (
+            "file:1/./x",
+            "400",
+            "failed to load 'ident_a': file name '1/./x' must not contain '.', '..' or empty parts",
+        ),
+    ],
+    ids=["part-too-long", "escape", "dot-part"],
+)
+def test_load_with_bad_file_names_tritonclient(
+    explicit: GatewayProcess, name: str, status: str, error: str
+) -> None:
+    """tritonclient.http as Triton's L0_http test_load_oversized_file_parameter sends it: a
+    file the localize step cannot write fails Triton's poll (500, its text; here the file
+    is named after it); a name only this server refuses is a 400. The model stays unloaded."""
+    client = httpclient.InferenceServerClient(explicit.url)
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("ident_a", config="{}", files={name: b"a"})
+        assert (info.value.status(), info.value.message()) == (status, error)
+        assert client.is_server_live()
+        assert not client.is_model_ready("ident_a")
+    finally:
+        client.close()
 
 
 # --------------------------------------------------------------------------- shm, trace, logging

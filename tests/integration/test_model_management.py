@@ -142,7 +142,7 @@ def test_server_metadata_lists_repository_and_statistics_extensions(
 @pytest.fixture(scope="module")
 def extra_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("explicit_repo")
-    for name in ("cycle", "override_me", "fragile", "busy"):
+    for name in ("cycle", "override_me", "fragile", "busy", "simple"):
         models.write_model(repo, name, models.add_sub_model(), add_sub_config(name))
     (repo / "versionless").mkdir()  # a config, but no numbered version folder
     (repo / "versionless" / "config.pbtxt").write_text(add_sub_config("versionless"))
@@ -284,47 +284,85 @@ def test_file_without_config_is_invalid(ec: grpcclient.InferenceServerClient) ->
     assert not ec.is_model_ready("nocfg")
 
 
+POLL_FAILED = "failed to poll from model repository"
+
+# Each bad name with its code. INTERNAL (Triton's: its localize step fails, and with it the
+# repository poll): a name leading out of the model folder, a part too long for the file
+# system. INVALID_ARGUMENT: names only this server refuses (Triton writes them).
 BAD_FILE_NAMES = [
-    "file:../x",
-    "file:ABSOLUTE",  # replaced by an absolute path inside the test's tmp dir
-    "file:1/../../x",
-    "file:1/../x",
-    "file:1/./x",
-    "file:x/model.onnx",
-    "file:1",
-    "file:1/" + "x" * 300,  # longer than the file system allows (was INTERNAL)
+    ("file:../x", "INTERNAL"),
+    ("file:ABSOLUTE", "INVALID_ARGUMENT"),  # an absolute path inside the test's tmp dir
+    ("file:1/../../x", "INTERNAL"),
+    ("file:1/../x", "INVALID_ARGUMENT"),
+    ("file:1/./x", "INVALID_ARGUMENT"),
+    ("file:x/model.onnx", "INVALID_ARGUMENT"),
+    ("file:1", "INVALID_ARGUMENT"),
+    ("file:1/" + "x" * 300, "INTERNAL"),  # longer than the file system allows
 ]
 
 
-@pytest.mark.parametrize("name", BAD_FILE_NAMES)
+@pytest.mark.parametrize(("name", "code"), BAD_FILE_NAMES)
 def test_file_name_escapes_are_refused(
     ec: grpcclient.InferenceServerClient,
     server_tmp: Path,
     extra_repository: Path,
     tmp_path: Path,
     name: str,
+    code: str,
 ) -> None:
     """Each bad name is refused, together with the valid file sent beside it: nothing is
     written anywhere (not even the valid file) and no model is loaded."""
-    model = f"escape{BAD_FILE_NAMES.index(name)}"
+    model = f"escape{[n for n, _ in BAD_FILE_NAMES].index(name)}"
     if name == "file:ABSOLUTE":
         name = f"file:{tmp_path / 'escaped'}"
     onnx_bytes = models.add_sub_model().SerializeToString()
     watched = (server_tmp, extra_repository, DEFAULT_REPOSITORY, tmp_path)
     before = files_under(*watched)
+    prefix = f"failed to load '{model}', {POLL_FAILED}: " if code == "INTERNAL" else ""
     expect_error(
         lambda: ec.load_model(
             model,
             config=add_sub_json(model),
             files={"file:1/model.onnx": onnx_bytes, name: b"x"},
         ),
-        "INVALID_ARGUMENT",
-        contains=[f"failed to load '{model}'", name.removeprefix("file:")],
+        code,
+        contains=[prefix or f"failed to load '{model}'", name.removeprefix("file:")],
     )
     assert files_under(*watched) == before
     assert not (tmp_path / "escaped").exists()
     assert not (server_tmp.parent / "x").exists()
     assert not ec.is_model_ready(model)
+
+
+def test_file_name_part_too_long_is_triton_poll_failure(
+    ec: grpcclient.InferenceServerClient, explicit_server: ServerProcess, server_tmp: Path
+) -> None:
+    """Triton's client example (simple_grpc_model_control.py) and L0_http: a name part over
+    NAME_MAX fails the repository poll, INTERNAL "failed to poll from model repository"
+    (Triton 2.51 itself aborted there; core r26.05 catches the filesystem error). The
+    server lives on, nothing is staged, and the model loads normally afterwards."""
+    long_name = "A" * 256
+    before = files_under(server_tmp)
+    for config in ("{}", add_sub_json("simple")):
+        error = expect_error(
+            lambda config=config: ec.load_model(
+                "simple", config=config, files={f"file:{long_name}": b"a"}
+            ),
+            "INTERNAL",
+        )
+        assert error.message() == (
+            f"failed to load 'simple', {POLL_FAILED}: file name '{long_name}' has a part "
+            "longer than 255 bytes, the file system's limit"
+        )
+        assert ec.is_server_live()
+        assert not ec.is_model_ready("simple")
+        assert files_under(server_tmp) == before
+    assert f"poll failed for the files sent with model 'simple': file name '{long_name}'" in (
+        explicit_server.log
+    )
+    ec.load_model("simple")
+    assert_add_sub_serves(ec, "simple")
+    ec.unload_model("simple")
 
 
 @pytest.mark.parametrize("case", ["instances", "absolute-file", "parent-file"])

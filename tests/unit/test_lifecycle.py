@@ -251,8 +251,15 @@ async def test_files_without_override_and_bad_file_names(repo: Path) -> None:
         with pytest.raises(InvalidArgument, match="'config' parameter must be provided"):
             await m.load("fresh", None, {"1/model.onnx": onnx_bytes})
         with pytest.raises(InvalidArgument, match="failed to load 'fresh'") as info:
+            await m.load("fresh", override("fresh"), {"1/model.onnx": onnx_bytes, "1/./x": b"x"})
+        assert "1/./x" in info.value.message
+        # Out of the model folder: Triton's localize step fails, and with it its poll.
+        with pytest.raises(Internal) as failed:
             await m.load("fresh", override("fresh"), {"1/model.onnx": onnx_bytes, "../x": b"x"})
-        assert "../x" in info.value.message
+        assert failed.value.message == (
+            "failed to load 'fresh', failed to poll from model repository: "
+            "file name '../x' must stay within the model directory"
+        )
         assert m.find("fresh") is None
 
 
@@ -317,17 +324,21 @@ async def test_staged_copies_go_with_the_versions_that_use_them(
     ["1/" + "x" * 300, "1/" + "/".join(["d" * 200] * 30) + "/model.onnx"],
     ids=["part-too-long", "path-too-long"],
 )
-async def test_file_names_the_file_system_refuses_are_invalid_and_leave_nothing(
+async def test_file_names_the_file_system_refuses_fail_the_poll_and_leave_nothing(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """Was: OSError 'File name too long' escaped as INTERNAL, with a half-written folder."""
+    """Triton's answer (its localize step fails, and its poll): INTERNAL "failed to poll
+    from model repository", here with the file named. Was a bare OSError, INTERNAL with a
+    half-written folder, then INVALID_ARGUMENT."""
     server_tmp = tmp_path / "server_tmp"
     server_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(server_tmp))
     files = {"1/model.onnx": models.add_sub_model().SerializeToString(), name: b"x"}
     async with manager([repo]) as m:
-        with pytest.raises(InvalidArgument, match="failed to load 'fresh'") as info:
+        with pytest.raises(Internal) as info:
             await m.load("fresh", override("fresh"), files)
+        poll_failed = "failed to load 'fresh', failed to poll from model repository: "
+        assert info.value.message.startswith(poll_failed)
         assert name.split("/")[1][:40] in info.value.message  # names the file
         assert staged_copies(server_tmp) == []
         assert m.find("fresh") is None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.cache import ResponseCache, cache_key
-from service.repository.staging import StagingArea, StagingError
+from service.repository.staging import StagingArea, StagingError, StagingFailure
 from service.types import OutputTensor
 
 # --- StagingArea ------------------------------------------------------------------------------
@@ -49,14 +49,23 @@ def test_stage_writes_files_under_fresh_directories(temp_root: Path) -> None:
     area.cleanup()
 
 
-BAD_NAMES = [
+# Names Triton's localize step fails on too (its poll fails: INTERNAL): StagingFailure.
+FAILING_NAMES = [
     "../x",
     "../../x",
+    "..",
+    "1/../../x",
+    "1/a/../../../x",
+    "/../x",
+    "1/" + "x" * 256,  # a part longer than NAME_MAX
+    "x" * 256,
+]
+
+# Names only this server refuses (Triton would write them): StagingError.
+BAD_NAMES = [
     "/abs/x",
     "/1/x",
-    "1/../../x",
     "1/../x",
-    "1/a/../../../x",
     "x/model.onnx",  # version folder not numeric
     "-1/model.onnx",
     "1.0/model.onnx",
@@ -64,7 +73,6 @@ BAD_NAMES = [
     "1",  # no file under the version
     "",
     ".",
-    "..",
     "1\\..\\x",
     "1/x\x00y",
     # Empty and '.' components: the module promises to refuse them ("must not contain '.'").
@@ -74,11 +82,18 @@ BAD_NAMES = [
 ]
 
 
-@pytest.mark.parametrize("bad", BAD_NAMES)
-def test_invalid_name_refused_and_nothing_written(temp_root: Path, bad: str) -> None:
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(n, StagingFailure) for n in FAILING_NAMES] + [(n, StagingError) for n in BAD_NAMES],
+)
+def test_invalid_name_refused_and_nothing_written(
+    temp_root: Path, bad: str, error: type[Exception]
+) -> None:
     area = StagingArea()
-    with pytest.raises(StagingError):
+    with pytest.raises(error) as info:
         area.stage("m", {"1/model.onnx": b"valid", bad: b"evil"})
+    assert type(info.value) is error
+    assert f"'{bad}'" in str(info.value)  # names the file
     assert all_files(temp_root) == []
     assert not (temp_root.parent / "x").exists()
     area.cleanup()
@@ -98,12 +113,14 @@ def test_invalid_model_name_refused_and_nothing_written(temp_root: Path, model: 
 
 def test_staging_error_is_a_value_error() -> None:
     assert issubclass(StagingError, ValueError)  # the lifecycle maps ValueError to 400
+    assert not issubclass(StagingFailure, ValueError)  # ... and this one to Triton's 500
 
 
 def test_conflicting_names_refused_and_nothing_written(temp_root: Path) -> None:
-    """'1/a' as a file and as a folder: unusable as a set, so refused before any write."""
+    """'1/a' as a file and as a folder: unusable as a set, so refused before any write
+    (Triton's localize step fails on the second of them)."""
     area = StagingArea()
-    with pytest.raises(StagingError):
+    with pytest.raises(StagingFailure):
         area.stage("m", {"1/a": b"file", "1/a/b": b"under it"})
     assert all_files(temp_root) == []
     area.cleanup()
@@ -156,8 +173,10 @@ def test_cleanup_removes_the_root(temp_root: Path) -> None:
 
 def test_refused_stage_creates_no_root(temp_root: Path) -> None:
     area = StagingArea()
-    with pytest.raises(StagingError):
+    with pytest.raises(StagingFailure):
         area.stage("m", {"../x": b"x"})
+    with pytest.raises(StagingError):
+        area.stage("m", {"1/./x": b"x"})
     assert list(temp_root.iterdir()) == []
 
 
