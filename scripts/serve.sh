@@ -4,7 +4,8 @@
 # Extra arguments go to the service, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1;
 # with --model-repository DIR (repeatable) it serves DIR, else the embedded default one.
 # Gateway settings: GATEWAY_HTTP_PORT (default 8000), GATEWAY_ARGS (more gateway flags),
-# SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM stops both.
+# SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM stops both; either one failing
+# to start (a busy port) stops the other, and the script exits with the failure's code (1).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh" server
@@ -55,9 +56,15 @@ gateway_pid=$!
 stop() { kill -TERM "$service_pid" "$gateway_pid" 2>/dev/null || true; }
 trap stop INT TERM
 
-# When either process ends (or on a signal), stop the other; exit with the first non-zero
-# exit status of the two, or 0.
-wait -n "$service_pid" "$gateway_pid" || true
+# When either process ends, stop the other and exit with the status of the one that ended
+# (a busy port: its 1, not the other's 143 from being stopped mid-start). On a signal to
+# this script both are stopped: the first non-zero exit status of the two, or 0.
+ended_code=0
+wait -n "$service_pid" "$gateway_pid" || ended_code=$?
+running=0
+for pid in "$service_pid" "$gateway_pid"; do
+  if kill -0 "$pid" 2>/dev/null; then running=$((running + 1)); fi
+done
 stop
 status=0
 for pid in "$service_pid" "$gateway_pid"; do
@@ -65,4 +72,5 @@ for pid in "$service_pid" "$gateway_pid"; do
   wait "$pid" 2>/dev/null || code=$?
   [ "$status" = "0" ] && status="$code"
 done
+if [ "$running" = "1" ]; then status="$ended_code"; fi
 exit "$status"
