@@ -13,6 +13,7 @@ Dockerfile copies exists.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import shutil
@@ -85,6 +86,31 @@ def _flag(args: list[str], name: str) -> str:
     return values[-1]
 
 
+def _cores(quantity: str) -> float:
+    """A Kubernetes CPU quantity ("2", "500m") in cores."""
+    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def _args(name: str) -> list[str]:
+    """The container's args as the kubelet passes them: each $(VAR) replaced by the
+    container's env value, a downward-API CPU value being the named resource of the
+    container, in whole divisors rounded up (as the kubelet rounds it)."""
+    containers = _containers()
+    container = containers[name]
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        ref = var["valueFrom"]["resourceFieldRef"]
+        owner = containers[ref.get("containerName", name)]
+        kind, resource = ref["resource"].split(".")
+        assert resource == "cpu", ref
+        amount = _cores(owner["resources"][kind][resource])
+        env[var["name"]] = str(math.ceil(amount / _cores(str(ref.get("divisor", "1")))))
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in container["args"]]
+
+
 def _parses(module: str, args: list[str]) -> None:
     """The real parser (in the server environment) accepts these flags."""
     code = (
@@ -149,7 +175,7 @@ def test_service_ports_target_container_ports() -> None:
 def test_service_container_probes_and_flags() -> None:
     service = _containers()["service"]
     ports = _ports(service)
-    args = service["args"]
+    args = _args("service")
     _parses("service", args)
     assert _in_image(_flag(args, "--model-repository")).is_dir()
     assert int(_flag(args, "--grpc-port")) == ports["grpc"] == 8001
@@ -163,7 +189,7 @@ def test_service_container_probes_and_flags() -> None:
 def test_gateway_sidecar_probes_and_flags() -> None:
     gateway = _containers()["gateway"]
     assert gateway["command"] == ["python", "-m", "gateway"]
-    _parses("gateway", gateway["args"])
+    _parses("gateway", _args("gateway"))
     target = _flag(gateway["args"], "--grpc-target")
     assert target == f"127.0.0.1:{_ports(_containers()['service'])['grpc']}"
     port = int(_flag(gateway["args"], "--http-port"))
@@ -171,6 +197,16 @@ def test_gateway_sidecar_probes_and_flags() -> None:
     ready = gateway["readinessProbe"]["httpGet"]
     assert ready["path"] == "/v2/health/ready" and ready["port"] in ("http", port)
     assert gateway["livenessProbe"]["tcpSocket"]["port"] in ("http", port)
+
+
+def test_frontends_follow_the_cpu_request() -> None:
+    """Without --frontends the service starts one frontend per core it may use: with no
+    CPU limit, every core of the node. The manifest sizes them from the CPU request."""
+    resources = _containers()["service"]["resources"]
+    frontends = int(_flag(_args("service"), "--frontends"))
+    assert frontends == math.ceil(_cores(resources["requests"]["cpu"])) >= 1
+    if "cpu" in resources.get("limits", {}):
+        assert frontends <= math.ceil(_cores(resources["limits"]["cpu"]))
 
 
 def _pre_stop_seconds(container: dict[str, Any]) -> float:
@@ -184,8 +220,8 @@ def test_stopping_a_pod_drains_within_the_grace_period() -> None:
     then SIGTERM drains for up to --exit-timeout-secs: the grace period covers both, and
     the liveness probe does not fail for the whole drain (the listener is closed)."""
     containers = _containers()
-    exit_timeout = float(_flag(containers["service"]["args"], "--exit-timeout-secs"))
-    assert float(_flag(containers["gateway"]["args"], "--exit-timeout-secs")) == exit_timeout
+    exit_timeout = float(_flag(_args("service"), "--exit-timeout-secs"))
+    assert float(_flag(_args("gateway"), "--exit-timeout-secs")) == exit_timeout
     grace = _pod()["terminationGracePeriodSeconds"]
     for container in containers.values():
         pre_stop = _pre_stop_seconds(container)
