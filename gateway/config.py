@@ -69,6 +69,14 @@ class GatewayConfig:
     #: --http-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
 
+    @property
+    def upstream(self) -> str:
+        """The service this gateway calls, and how, for its start-up log line."""
+        text = f"the gRPC service at {self.grpc_target}"
+        if self.grpc_local_socket:
+            text += f" (unary RPCs through its local socket {self.grpc_local_socket})"
+        return text
+
 
 _DEFAULTS = GatewayConfig()
 

@@ -98,7 +98,7 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     if worker is None:
-        log.info("REST gateway in front of the gRPC service at %s", config.grpc_target)
+        log.info("REST gateway in front of %s", config.upstream)
         log.info("Started HTTPService at %s:%d%s", host, port, scheme)
     else:
         number = f"{worker.index + 1} of {worker.count}"

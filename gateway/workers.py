@@ -93,7 +93,7 @@ def supervise(config: GatewayConfig, argv: Sequence[str]) -> int:
     try:
         if not supervisor.wait_ready(ready_r):
             return supervisor.stop(code=1)
-        log.info("REST gateway in front of the gRPC service at %s", config.grpc_target)
+        log.info("REST gateway in front of %s", config.upstream)
         log.info("HTTP served by %d worker processes", config.workers)
         log.info("Started HTTPService at %s:%d", host, port)
         return supervisor.run()

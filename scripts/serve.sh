@@ -24,19 +24,20 @@ if [ "${SERVE_GATEWAY:-1}" = "0" ]; then
 fi
 
 # The gateway must know the service's port: take the last --grpc-port given (default 8001).
-# Its unary calls go through the service's local socket (--grpc-local-socket, one per user
-# and port unless given): a gRPC hop between two Python processes costs more than the REST
-# request it carries (docs/decisions/016-local-rpc-socket.md).
+# Its unary calls go through the service's local socket (--grpc-local-socket, on both; an
+# empty value leaves it out): a gRPC hop between two Python processes costs more than the
+# REST request it carries (docs/decisions/016-local-rpc-socket.md).
 grpc_port=8001
 local_socket=""
+local_given=0
 prev=""
 for arg in "$@"; do
   case "$arg" in
     --grpc-port=*) grpc_port="${arg#--grpc-port=}" ;;
-    --grpc-local-socket=*) local_socket="${arg#--grpc-local-socket=}" ;;
+    --grpc-local-socket=*) local_socket="${arg#--grpc-local-socket=}" local_given=1 ;;
     *)
       [ "$prev" = "--grpc-port" ] && grpc_port="$arg"
-      [ "$prev" = "--grpc-local-socket" ] && local_socket="$arg"
+      [ "$prev" = "--grpc-local-socket" ] && local_socket="$arg" local_given=1
       ;;
   esac
   prev="$arg"
@@ -46,10 +47,33 @@ if [ "$grpc_port" = "0" ]; then
   exit 2
 fi
 
-.venv/bin/python -m service "${repository[@]}" "$@" &
+# Unless given, the socket is grpc-PORT.sock in a directory only this user may enter
+# ($XDG_RUNTIME_DIR/tritonserver, else $TMPDIR/tritonserver-UID): the gateway sends its
+# calls to whatever listens at the path, so no one else may be able to put a socket there.
+service_args=()
+if [ "$local_given" = "0" ]; then
+  if [ -n "${XDG_RUNTIME_DIR:-}" ] && [ -d "$XDG_RUNTIME_DIR" ] && [ -O "$XDG_RUNTIME_DIR" ]; then
+    runtime_dir="$XDG_RUNTIME_DIR/tritonserver"
+  else
+    runtime_dir="${TMPDIR:-/tmp}/tritonserver-$(id -u)"
+  fi
+  mkdir -m 0700 "$runtime_dir" 2>/dev/null || true
+  if [ -L "$runtime_dir" ] || [ ! -d "$runtime_dir" ] || [ ! -O "$runtime_dir" ]; then
+    echo "serve.sh: '$runtime_dir' is not a directory of this user's;" \
+      "give --grpc-local-socket PATH" >&2
+    exit 1
+  fi
+  chmod 0700 "$runtime_dir"
+  local_socket="$runtime_dir/grpc-$grpc_port.sock"
+  service_args=(--grpc-local-socket "$local_socket")
+fi
+gateway_args=()
+[ -n "$local_socket" ] && gateway_args=(--grpc-local-socket "$local_socket")
+
+.venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
 service_pid=$!
 # shellcheck disable=SC2086  # GATEWAY_ARGS is a list of flags
-.venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" \
+.venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" "${gateway_args[@]}" \
   --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
 gateway_pid=$!
 

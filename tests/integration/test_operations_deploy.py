@@ -209,6 +209,22 @@ def test_frontends_follow_the_cpu_request() -> None:
         assert frontends <= math.ceil(_cores(resources["limits"]["cpu"]))
 
 
+def test_the_gateway_calls_the_service_over_its_local_socket() -> None:
+    """Both containers name one --grpc-local-socket, in a folder mounted from the same
+    emptyDir volume in both (a volume no other pod sees)."""
+    containers = _containers()
+    path = _flag(_args("service"), "--grpc-local-socket")
+    assert _flag(_args("gateway"), "--grpc-local-socket") == path
+    folder = str(Path(path).parent)
+    volumes = set()
+    for container in containers.values():
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+        volumes.add(mount["name"])
+    (volume,) = volumes
+    (spec,) = [v for v in _pod()["volumes"] if v["name"] == volume]
+    assert "emptyDir" in spec
+
+
 def _pre_stop_seconds(container: dict[str, Any]) -> float:
     command = container["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] == "sleep" and len(command) == 2, command

@@ -1,25 +1,37 @@
-"""scripts/serve.sh as a user runs it: a busy port ends the start with exit code 1.
+"""scripts/serve.sh as a user runs it: the service and the gateway, the gateway's unary
+calls over the service's local socket, and a busy port ending the start with exit code 1.
 
 serve.sh needs a fixed gRPC port (the gateway is told it), so these tests pick free ones.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from server_process import REPO_ROOT
+from server_process import REPO_ROOT, LoggedProcess
 
 SERVE = ["bash", str(REPO_ROOT / "scripts" / "serve.sh")]
 #: Light and quick: one frontend (a supervisor, an engine and a frontend: the default layout).
 SERVICE_ARGS = ["--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1"]
 SERVICE_ARGS += ["--metrics-port", "0", "--frontends", "1"]
+ADD_SUB = {
+    "inputs": [
+        {"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+        {"name": "INPUT1", "shape": [1, 3], "datatype": "FP32", "data": [10, 20, 30]},
+    ]
+}
 
 
 def _free_port() -> int:
@@ -34,6 +46,58 @@ def runtime_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="xdg-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _connected(path: Path) -> int:
+    """How many connected Unix sockets carry ``path`` (/proc/net/unix, state 03): on the
+    listening side, one per connection accepted on the socket bound there."""
+    count = 0
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == str(path) and fields[5] == "03":
+            count += 1
+    return count
+
+
+def _infer(port: int) -> Any:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/v2/models/add_sub/infer", json.dumps(ADD_SUB))
+        response = connection.getresponse()
+        body = response.read()
+    finally:
+        connection.close()
+    assert response.status == 200, body
+    return json.loads(body)
+
+
+def test_the_served_gateway_calls_over_the_local_socket(runtime_dir: Path) -> None:
+    """serve.sh gives both processes one --grpc-local-socket in a private per-user
+    directory; the gateway says so and its REST requests reach the service through it."""
+    grpc_port, http_port = _free_port(), _free_port()
+    env = {
+        "XDG_RUNTIME_DIR": str(runtime_dir),
+        "GATEWAY_HTTP_PORT": str(http_port),
+        "GATEWAY_ARGS": "--http-address 127.0.0.1",
+    }
+    args = [*SERVE, *SERVICE_ARGS, "--grpc-port", str(grpc_port)]
+    expected = runtime_dir / "tritonserver" / f"grpc-{grpc_port}.sock"
+    with LoggedProcess(args, env=env) as proc:
+        deadline = time.monotonic() + 30
+        while "Started HTTPService" not in proc.log:
+            assert time.monotonic() < deadline, proc.log
+            time.sleep(0.05)
+        assert f"(unary RPCs through its local socket {expected})" in proc.log
+        assert stat.S_ISSOCK(expected.stat().st_mode)
+        assert stat.S_IMODE(expected.stat().st_mode) == 0o600
+        assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
+        before = _connected(expected)
+        outputs = {o["name"]: o["data"] for o in _infer(http_port)["outputs"]}
+        assert outputs == {"OUTPUT0": [11, 22, 33], "OUTPUT1": [-9, -18, -27]}
+        # The gateway keeps its connection to the socket for the next call.
+        assert _connected(expected) == before + 1
+        assert proc.stop() == 0, proc.log
+    assert not expected.exists()  # the service removes its socket at its stop
 
 
 @pytest.mark.parametrize("busy", ["http", "grpc"])
