@@ -32,9 +32,19 @@ from server_process import REPO_ROOT, LoggedProcess, ServerProcess
 sys.path.insert(0, str(Path(__file__).parent / "gateway"))
 from gateway_process import GatewayProcess
 
-__all__ = ["AccessRecord", "Balancer", "Cluster", "Replica", "find_nginx", "nginx_missing"]
+__all__ = [
+    "CLIENT_ADDRESS",
+    "AccessRecord",
+    "Balancer",
+    "Cluster",
+    "Replica",
+    "find_nginx",
+    "nginx_missing",
+]
 
 SEQUENCE_HEADER = "triton-sequence-id"
+#: Client affinity on the client's address (``Balancer(client_affinity=...)``).
+CLIENT_ADDRESS = "$remote_addr"
 #: What a replica behind nginx runs with (deploy/k8s/deployment.yaml does the same).
 LAME_DUCK_ARGS = ("--lame-duck-secs", "1")
 
@@ -143,6 +153,7 @@ class Replica:
 class AccessRecord:
     """One line of the balancer's access log (log_format ``triton``)."""
 
+    client: str  # $remote_addr
     request: str
     status: int
     sequence: str  # "-" when the request carried no triton-sequence-id
@@ -152,13 +163,16 @@ class AccessRecord:
 
 
 _ACCESS = re.compile(
-    r'"(?P<request>[^"]*)" (?P<status>\d+) seq=(?P<seq>\S+) upstream=(?P<up>.*?) '
+    r'^(?P<client>\S+) \[[^]]*\] "(?P<request>[^"]*)" (?P<status>\d+) '
+    r"seq=(?P<seq>\S+) upstream=(?P<up>.*?) "
     r"upstream_status=(?P<ust>.*?) grpc_status=(?P<grpc>\S+) time="
 )
 
 
 class Balancer:
-    """nginx on two free loopback ports (gRPC, REST) in front of the given replicas."""
+    """nginx on two free loopback ports (gRPC, REST) in front of the given replicas;
+    ``client_affinity`` (an nginx variable, e.g. "$remote_addr") renders the
+    client-affinity mode (render.py --client-affinity)."""
 
     def __init__(
         self,
@@ -167,6 +181,7 @@ class Balancer:
         *,
         fail_timeout: str = "1s",
         worker_processes: str = "1",
+        client_affinity: str = "",
     ) -> None:
         binary = find_nginx()
         if binary is None:
@@ -176,6 +191,7 @@ class Balancer:
         self._http_servers = list(http_servers)
         self._fail_timeout = fail_timeout
         self._workers = worker_processes
+        self._affinity = client_affinity
         # Its own directory, readable by nginx's workers (user nobody when run as root).
         self.dir = Path(tempfile.mkdtemp(prefix="triton-nginx-"))
         self.dir.chmod(0o755)
@@ -217,6 +233,7 @@ class Balancer:
                     http_listen=self.http_url,
                     worker_processes=self._workers,
                     fail_timeout=self._fail_timeout,
+                    affinity_key=self._affinity,
                 )
             )
             self._proc = subprocess.Popen(
@@ -264,6 +281,7 @@ class Balancer:
             assert match, f"unexpected access log line: {line}"
             records.append(
                 AccessRecord(
+                    client=match["client"],
                     request=match["request"],
                     status=int(match["status"]),
                     sequence=match["seq"],
