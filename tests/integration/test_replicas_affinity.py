@@ -3,12 +3,13 @@ on two replicas behind nginx on loopback, with Triton's own client patterns.
 
 Some clients keep state on the replica without telling the balancer: a system
 shared-memory region is registered by one request and used by the next ones (Triton's
-simple_*_shm_client examples). Under the default routing those requests are balanced like
-stateless ones and reach different replicas: the tests show the resulting 404 errors
-exactly where the access log says a request left its client's replica. With client
-affinity (every request hashed on the client's address) the same clients get correct
-results over HTTP and gRPC, and clients at different addresses still spread over the
-replicas.
+simple_*_shm_client examples); a sequence is sent without the ``triton-sequence-id``
+header (Triton's non-streaming sequence examples). Under the default routing those
+requests are balanced like stateless ones and reach different replicas: the tests show
+the resulting 404 / START-flag errors and silently wrong running sums exactly where the
+access log says a request left its client's replica. With client affinity (every request
+hashed on the client's address) the same clients get correct results over HTTP and gRPC,
+and clients at different addresses still spread over the replicas.
 
 Needs Debian's nginx (scripts/bootstrap.sh installs it when run as root); skipped with the
 reason otherwise.
@@ -29,6 +30,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from models import write_model
 from replica_cluster import (
     CLIENT_ADDRESS,
     AccessRecord,
@@ -37,18 +39,26 @@ from replica_cluster import (
     Replica,
     nginx_missing,
 )
+from sequence_models import accumulator_config, accumulator_model
 from shm_support import key_of, region, write_shm_models
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.skipif(nginx_missing() is not None, reason=str(nginx_missing()))
 
+ACCUMULATOR = "accumulator"
 INT32_BYTES = 16 * 4
+START_FLAG_ERROR = "must specify the START flag on the first request of the sequence"
 PROTOCOLS = {"http": httpclient, "grpc": grpcclient}
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_shm_models(tmp_path_factory.mktemp("affinity"))
+    repo = write_shm_models(tmp_path_factory.mktemp("affinity"))
+    # Sequences the default routing leaves open (their END went elsewhere) hold a slot
+    # until the idle timeout; 16 slots per replica is more than these tests leave open.
+    config = accumulator_config(ACCUMULATOR, max_batch_size=8, idle_us=60_000_000)
+    write_model(repo, ACCUMULATOR, accumulator_model(), config)
+    return repo
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +243,88 @@ def test_shared_memory_fails_with_the_default_routing(
             if protocol == "http":
                 assert outcome.status() == "404", outcome
     assert any(outcome is not None for outcome in outcomes)
+
+
+def _sequence(
+    client_module: ModuleType, url: str, sequence: int, values: list[int]
+) -> list[int | InferenceServerException]:
+    """One sequence sent as Triton's non-streaming sequence examples send it: sequence_id,
+    start and end flags, and no triton-sequence-id header. The running sums (or errors)."""
+    results: list[int | InferenceServerException] = []
+    with client_module.InferenceServerClient(url) as client:
+        for step, value in enumerate(values):
+            tensor = client_module.InferInput("INPUT", [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            try:
+                result = client.infer(
+                    ACCUMULATOR,
+                    [tensor],
+                    sequence_id=sequence,
+                    sequence_start=step == 0,
+                    sequence_end=step == len(values) - 1,
+                )
+                results.append(int(result.as_numpy("OUTPUT").item()))
+            except InferenceServerException as exc:
+                results.append(exc)
+    return results
+
+
+def test_sequences_without_the_header_work_with_client_affinity(
+    affinity: Balancer, protocol: str
+) -> None:
+    """Three sequences without the header, their steps interleaved (as
+    simple_*_sequence_sync_infer_client.py interleaves two): every running sum right."""
+    client_module = PROTOCOLS[protocol]
+    first = 100 if protocol == "http" else 200
+    values = {first + i: [i + 1, 10 * (i + 1), -3, 7, 2 * i] for i in range(3)}
+    new = NewRecords(affinity)
+    sums: dict[int, list[int]] = collections.defaultdict(list)
+    with client_module.InferenceServerClient(_url(affinity, protocol)) as client:
+        for step in range(5):
+            for sequence, steps in values.items():
+                tensor = client_module.InferInput("INPUT", [1, 1], "INT32")
+                tensor.set_data_from_numpy(np.array([[steps[step]]], dtype=np.int32))
+                result = client.infer(
+                    ACCUMULATOR,
+                    [tensor],
+                    sequence_id=sequence,
+                    sequence_start=step == 0,
+                    sequence_end=step == 4,
+                )
+                sums[sequence].append(int(result.as_numpy("OUTPUT").item()))
+    for sequence, steps in values.items():
+        assert sums[sequence] == [int(v) for v in np.cumsum(steps)], sequence
+    records = new(15)
+    assert {r.sequence for r in records} == {"-"}, records
+    assert len({r.upstreams[0] for r in records}) == 1, records
+
+
+def test_sequences_without_the_header_fail_with_the_default_routing(
+    cluster: Cluster, default_balancer: Balancer, protocol: str
+) -> None:
+    """The same header-less sequence through the default routing: its steps are balanced
+    like stateless requests. A step that reaches a replica other than its START's fails
+    with the START-flag error; a later step back on the START's replica answers a running
+    sum of only the steps that went there, with no error: a silently wrong result."""
+    client_module = PROTOCOLS[protocol]
+    replicas = _replica_urls(cluster, protocol)
+    sequence = 300 if protocol == "http" else 400
+    values = [5, 10, 20, 40, 80, 160]
+    new = NewRecords(default_balancer)
+    results = _sequence(client_module, _url(default_balancer, protocol), sequence, values)
+    served_by = [replicas.index(r.upstreams[0]) for r in new(len(values))]
+    start_replica = served_by[0]
+    assert len(set(served_by)) > 1, "least_conn kept the sequence on one replica"
+    state = 0  # the running sum the START's replica holds
+    for value, at, result in zip(values, served_by, results, strict=True):
+        if at == start_replica:
+            state += value
+            assert result == state, (served_by, results)
+        else:
+            assert isinstance(result, InferenceServerException), (served_by, results)
+            assert START_FLAG_ERROR in str(result), result
+    correct = [int(v) for v in np.cumsum(values)]
+    assert results != correct
 
 
 def test_client_affinity_spreads_clients_by_address(cluster: Cluster, affinity: Balancer) -> None:
