@@ -1,4 +1,6 @@
-"""HTTP/1.1 for the gateway: a thread per connection, httptools (llhttp) parses, we frame.
+"""HTTP/1.1 for the gateway: blocking reads and writes in a pool thread while a connection
+has something to answer, parked without a thread while it waits (``parking.py``);
+httptools (llhttp) parses, we frame.
 
 Why threads and blocking calls rather than an event loop, and why not uvicorn
 (docs/decisions/015-gateway-http-layer.md): a blocking gRPC call wakes the thread
@@ -13,8 +15,9 @@ chunked transfer coding as its chunks come, until a write finds the client gone.
 ``Expect: 100-continue`` is answered as soon as the headers are read. What keeps a
 hostile client bounded: the header block (431), the body (413 as soon as its size is
 known, then the connection closes), a read or write that waits ``idle_timeout`` seconds
-closes the connection, and the server (``listener.py``) serves at most
-``max_connections`` connections at once.
+closes the connection, a parked connection idle that long is closed, and the server
+(``listener.py``) keeps at most ``max_connections`` open, shedding the longest-parked one
+(idle, or a header still arriving) for a new one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import contextlib
 import email.utils
 import http
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -39,6 +43,7 @@ from .messages import HttpRequest, HttpResponse, error_response
 
 __all__ = [
     "IDLE_TIMEOUT",
+    "LINGER",
     "MAX_HEADER_BYTES",
     "Connection",
     "Handler",
@@ -55,6 +60,9 @@ MAX_HEADER_BYTES = 64 * 1024
 #: A read or write on a connection that waits this long closes it (idle keep-alive, or
 #: a client that stopped sending or reading).
 IDLE_TIMEOUT = 75.0
+#: How long a served connection keeps its thread waiting for the client's next bytes
+#: before it is parked (``parking.py``).
+LINGER = 0.005
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in http.HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -78,6 +86,7 @@ class _Incoming:
         "early",
         "expect",
         "headers",
+        "headers_done",
         "http10",
         "keep_alive",
         "method",
@@ -91,6 +100,7 @@ class _Incoming:
         self.url = b"/"
         self.query = b""
         self.headers: dict[str, str] = {}
+        self.headers_done = False
         self.chunks: list[bytes] = []
         self.size = 0
         self.keep_alive = True
@@ -145,7 +155,7 @@ class ServerState:
 
 
 class Connection:
-    """One client connection, served by its own thread: read, parse, answer in order."""
+    """One client connection: read, parse, answer in order; parked between requests."""
 
     def __init__(self, server: ServerState, sock: socket.socket) -> None:
         self._server = server
@@ -157,22 +167,27 @@ class Connection:
         self._incoming: _Incoming | None = None  # being parsed
         self._ready: collections.deque[_Incoming] = collections.deque()  # parsed, waiting
         self._discard = False  # input after a refused request is ignored
-        self._close = False
+        self._close = False  # close after the answers owed
+        self._closed = False
+        self._started = False
+        self._request_began = 0.0  # when the request being parsed began
+        #: Since when the connection has waited for the client (the parker's order).
+        self.waiting_since = time.monotonic()
         #: Answering a request (a shutdown closes only connections that are not).
         self.busy = False
 
-    def run(self) -> None:
-        sock = self._sock
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def serve(self) -> bool:
+        """Serve what the client has sent, in a thread of the listener's pool. True when
+        the connection now waits for its next request, or for the rest of a header that
+        is slow to come: the caller parks it (no thread while it waits). False once it
+        is closed."""
         try:
-            # Kernel timeouts on a blocking socket: a Python-level timeout would add a
-            # poll() to every read and write. An expired one raises OSError (EAGAIN).
-            timeout = self._server.idle_timeout
-            seconds = int(timeout)
-            value = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
-            if self._server.ssl_context is not None:
-                sock = self._sock = self._server.ssl_context.wrap_socket(sock, server_side=True)
+            if not self._started:
+                self._start()
+            sock = self._sock
             while not self._close:
                 if self._ready:
                     self._answer(self._ready.popleft())
@@ -183,6 +198,15 @@ class Connection:
                     sock.sendall(_CONTINUE)
                 if self._server.closing:
                     break
+                # A body being received keeps its thread (a read waits idle_timeout at most);
+                # between requests and inside a header, a client that is not sending parks.
+                receiving = incoming is not None and incoming.headers_done
+                if not receiving and not self._readable_soon():
+                    # A header still arriving has waited since its request began.
+                    self.waiting_since = (
+                        time.monotonic() if incoming is None else self._request_began
+                    )
+                    return True
                 data = sock.recv(_READ_SIZE)
                 if not data:
                     break
@@ -191,10 +215,40 @@ class Connection:
             pass  # the client left, timed out, or failed the TLS handshake
         except Exception:
             log.exception("HTTP connection failed")
-        finally:
-            self._server.forget(self)
-            with contextlib.suppress(OSError):
-                sock.close()
+        self.close()
+        return False
+
+    def _start(self) -> None:
+        """Kernel timeouts on the blocking socket (a Python-level timeout would add a poll()
+        to every read and write; an expired one raises OSError), then TLS."""
+        self._started = True
+        sock = self._sock
+        timeout = self._server.idle_timeout
+        seconds = int(timeout)
+        value = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        if self._server.ssl_context is not None:
+            self._sock = self._server.ssl_context.wrap_socket(sock, server_side=True)
+
+    def _readable_soon(self) -> bool:
+        """Whether the client's next bytes are there, or come within LINGER (a keep-alive
+        client's next request usually does: no hand-over to the parker and back)."""
+        sock = self._sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        poller = select.poll()  # not select(): descriptors past 1024 are common here
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(LINGER * 1000))
+
+    def close(self) -> None:
+        """Close the socket once and forget the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.forget(self)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
     def shutdown(self) -> None:
         """Wake the thread out of a read or write (server shutdown)."""
@@ -216,6 +270,7 @@ class Connection:
 
     def on_message_begin(self) -> None:
         if not self._discard:
+            self._request_began = time.monotonic()
             self._incoming = _Incoming()
             self._url = b""
             self._header_bytes = 0
@@ -236,6 +291,7 @@ class Connection:
         incoming = self._incoming
         if incoming is None:
             return
+        incoming.headers_done = True
         parser = self._parser
         # The path routes; the query string goes along undecoded (as Triton's frontend,
         # which routes on the URI's path).

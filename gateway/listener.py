@@ -1,25 +1,47 @@
-"""The HTTP server: the listening socket, its accept thread, one thread per connection
-(``http11.Connection``), and the count of requests being answered that a drain waits for.
+"""The HTTP server: the listening socket, its accept thread, the parker (``parking.py``)
+that holds connections waiting for a request, the pool of threads that serve the others
+(``http11.Connection.serve``), and the count of requests being answered that a drain
+waits for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import socket
 import ssl
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .http11 import IDLE_TIMEOUT, Connection, Handler, ServerState
+from .parking import Parkable, Parker
 
-__all__ = ["MAX_CONNECTIONS", "HttpServer"]
+__all__ = ["MAX_CONNECTIONS", "MAX_THREADS", "HttpServer"]
 
 log = logging.getLogger("gateway.http")
 
-#: Connections served at once (a thread each); more are closed at once.
-MAX_CONNECTIONS = 4096
+#: Connections open at once (parked ones cost a descriptor, no thread); a new one past it
+#: sheds the longest-parked, or is closed when every one is being answered. Lowered to
+#: what the process's descriptor limit allows.
+MAX_CONNECTIONS = 65536
+#: Threads serving connections that have something to read or answer.
+MAX_THREADS = 1024
+#: Descriptors kept for everything else (the upstream channel, logs, shared memory).
+_RESERVED_FDS = 256
+
+
+def _descriptor_budget() -> int:
+    """Raise the soft descriptor limit to the hard one; what connections may use of it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return max(64, soft - _RESERVED_FDS)
 
 
 class HttpServer:
@@ -34,11 +56,35 @@ class HttpServer:
         log_requests: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        max_threads: int = MAX_THREADS,
     ) -> None:
         self.state = ServerState(handler, max_body_bytes, log_requests, idle_timeout)
-        self.max_connections = max_connections
+        self.max_connections = min(max_connections, _descriptor_budget())
         self.listening = False
         self._sock: socket.socket | None = None
+        self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix="http-conn")
+        self._parker = Parker(self._dispatch, self._discard, self.max_connections, idle_timeout)
+
+    def _dispatch(self, connection: Parkable) -> None:
+        """The parker saw bytes (or the end) on a parked connection: serve it in a pool
+        thread, then park it again or count it closed."""
+        try:
+            self._threads.submit(self._serve, connection)
+        except RuntimeError:  # the pool was shut down: the server is closing
+            self._discard(connection)
+            self._parker.closed()
+
+    def _serve(self, connection: Parkable) -> None:
+        assert isinstance(connection, Connection)
+        if connection.serve() and not self.state.closing:
+            self._parker.park(connection)
+        else:
+            connection.close()
+            self._parker.closed()
+
+    @staticmethod
+    def _discard(connection: Parkable) -> None:
+        connection.close()
 
     @property
     def in_flight(self) -> int:
@@ -87,13 +133,8 @@ class HttpServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = Connection(state, conn)
             with state.lock:
-                full = len(state.connections) >= self.max_connections
-                if not full:
-                    state.connections.add(connection)
-            if full:
-                conn.close()
-                continue
-            threading.Thread(target=connection.run, name="http-conn", daemon=True).start()
+                state.connections.add(connection)
+            self._parker.add(connection)  # parked until it sends something
 
     def close(self, grace: float) -> None:
         """Stop listening, close idle connections, give the others ``grace`` seconds to
@@ -116,6 +157,8 @@ class HttpServer:
             connections = list(state.connections)
         for connection in connections:
             connection.shutdown()
+        self._parker.stop()
+        self._threads.shutdown(wait=False)
 
 
 def _accept_queue(sock: socket.socket) -> int:
