@@ -1,0 +1,22 @@
+"""The project's own selection of Triton's qa tests, beside the runner's default one.
+
+``TRITON_QA_EXTRA_MANIFEST=tests/qa_suites.py ../shared/triton-qa/run.sh <suite>`` runs
+them (the runner's README). Each module of ``tests/qa_extra/`` defines ``SUITES``, a list of
+the runner's ``Suite``s for one area (issue 27: flags, Python-backend semantics, ...); every
+suite there was validated on the real Triton 2.51 (``../shared/triton-qa/reference/``)
+before it was added. The runner imports this file; pytest does not collect it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+EXTRA_SUITES: list[Any] = []
+for _path in sorted((Path(__file__).parent / "qa_extra").glob("*.py")):
+    _spec = importlib.util.spec_from_file_location(f"qa_extra_{_path.stem}", _path)
+    assert _spec is not None and _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
+    EXTRA_SUITES.extend(_module.SUITES)
