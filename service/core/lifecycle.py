@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from inference import model_config_pb2 as mc
@@ -28,7 +30,10 @@ from .index import IndexEntry, index_entries
 from .loader import load_ensemble, load_version
 from .model import ModelEntry, ModelState, ModelVersion
 
-__all__ = ["ControlMode", "IndexEntry", "ModelManager"]
+__all__ = ["DEFAULT_LOAD_THREADS", "ControlMode", "IndexEntry", "ModelManager"]
+
+#: Triton's --model-load-thread-count default: models loading at once.
+DEFAULT_LOAD_THREADS = 4
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +72,12 @@ class ModelManager:
         startup_models: Sequence[str] = (),
         limits: ConfigLimits | None = None,
         isolate: bool = False,
+        load_threads: int = DEFAULT_LOAD_THREADS,
     ) -> None:
         self._repositories = list(repositories)
+        # Versions load in these threads (--model-load-thread-count): that many models at
+        # once; each model's own instances open in parallel too (loader._open_instances).
+        self._loaders = ThreadPoolExecutor(max(1, load_threads), thread_name_prefix="model-load")
         self._limits = limits or ConfigLimits()
         self._isolate = isolate  # instances in worker processes (service/backends/isolated)
         self._mode = mode
@@ -388,15 +397,19 @@ class ModelManager:
                 for v in versions
             ]
         else:
+            loop = asyncio.get_running_loop()
             loaded = await asyncio.gather(
                 *(
-                    asyncio.to_thread(
-                        load_version,
-                        config,
-                        v,
-                        directory.version_path(v),
-                        self._limits,
-                        self._isolate,
+                    loop.run_in_executor(
+                        self._loaders,
+                        functools.partial(
+                            load_version,
+                            config,
+                            v,
+                            directory.version_path(v),
+                            self._limits,
+                            self._isolate,
+                        ),
                     )
                     for v in versions
                 )

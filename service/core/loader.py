@@ -6,18 +6,22 @@ the lifecycle manager.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from inference import model_config_pb2 as mc
 
-from ..backends.base import ModelInstance, RequestInstance
+from ..backends.base import Backend, InstanceSpec, ModelInstance, RequestInstance
 from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
 from ..gpus import inventory
-from ..repository.completion import check_against_signature, complete
+from ..repository.completion import ModelSignature, check_against_signature, complete
 from ..repository.ensemble_config import ConfigLookup, validate_ensemble
 from ..repository.limits import ConfigLimits, load_refusal
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
@@ -31,11 +35,15 @@ __all__ = ["instance_specs", "load_ensemble", "load_version"]
 
 log = logging.getLogger(__name__)
 
-# Instances are created one at a time so that the resident-memory growth measured around
-# each load belongs to that model (statistics' memory_usage is this estimate). On GPUs the
-# same is done with the device memory NVML reports for this process (the first model on a
-# device also pays for the CUDA context there).
-_LOAD_LOCK = threading.Lock()
+# Models whose instances live in this process load one at a time, so that the resident-
+# memory growth measured around the load belongs to that model (statistics' memory_usage
+# is this estimate); on GPUs the same with the device memory NVML reports for this process
+# (the first model on a device also pays for the CUDA context there). Instances in worker
+# processes (Python models, isolated instances) are measured by their workers' memory, so
+# such models load in parallel with any other.
+_IN_PROCESS_LOAD_LOCK = threading.Lock()
+#: Threads opening one model's instances at once.
+_MAX_PARALLEL_INSTANCES = 32
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -72,21 +80,17 @@ def load_version(
             backend = IsolatedBackend(backend)
         specs = instance_specs(config, backend_gpu=backend.supports_gpu)
         gpus = sorted({s.device_id for s in specs if s.kind == "KIND_GPU"})
-        with _LOAD_LOCK:
-            before = _resident_bytes()
-            gpu_before = inventory().process_memory() if gpus else {}
-            instances.append(backend.open(config, path, specs[0]))
-            signature = instances[0].signature()
-            if signature is not None:  # request backends may not know their tensors
-                complete(config, signature)
-                check_against_signature(config, signature)
-            instances.extend(backend.open(config, path, spec) for spec in specs[1:])
+        in_workers = getattr(backend, "worker_processes", False)
+        # In-process instances are measured by this process's growth: one model at a time.
+        with contextlib.nullcontext() if in_workers else _IN_PROCESS_LOAD_LOCK:
+            before = 0 if in_workers else _resident_bytes()
+            gpu_before = inventory().process_memory() if gpus and not in_workers else {}
+            signature = _open_instances(backend, config, path, specs, instances)
             workers = [p for p in (getattr(i, "worker_pid", None) for i in instances) if p]
-            model.stats.memory_bytes = max(0, _resident_bytes() - before) + sum(
-                _resident_bytes(pid) for pid in workers
-            )
+            grown = 0 if in_workers else max(0, _resident_bytes() - before)
+            model.stats.memory_bytes = grown + sum(_resident_bytes(pid) for pid in workers)
             if gpus:
-                gpu_after = inventory().process_memory()
+                gpu_after = {} if in_workers else inventory().process_memory()
                 for pid in workers:  # a worker's device memory is all this model's
                     for g, used in inventory().process_memory(pid).items():
                         gpu_after[g] = gpu_after.get(g, 0) + used
@@ -110,6 +114,46 @@ def load_version(
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
     return model
+
+
+def _open_instances(
+    backend: Backend,
+    config: mc.ModelConfig,
+    path: Path,
+    specs: list[InstanceSpec],
+    opened: list[ModelInstance | RequestInstance],
+) -> ModelSignature | None:
+    """Open every instance into ``opened``; the first one's signature.
+
+    The first instance completes the config (auto-complete runs there); then the other
+    instances open, and the first one's ``initialize`` runs (a backend that can defer it:
+    ``open_deferred`` / ``finish_loading``), all in parallel, as Triton loads the instances
+    of a backend that allows it: two instances that each take 10 s are ready in about 10 s.
+    The first failure, in instance order, is raised once every step has ended.
+    """
+    first = getattr(backend, "open_deferred", backend.open)(config, path, specs[0])
+    opened.append(first)
+    signature = first.signature()
+    if signature is not None:  # request backends may not know their tensors
+        complete(config, signature)
+        check_against_signature(config, signature)
+    finish = getattr(first, "finish_loading", None)
+    steps: list[Callable[[], object]] = [finish] if finish is not None else []
+    steps += [functools.partial(backend.open, config, path, spec) for spec in specs[1:]]
+    if not steps:
+        return signature
+    with ThreadPoolExecutor(min(len(steps), _MAX_PARALLEL_INSTANCES)) as pool:
+        futures = [pool.submit(step) for step in steps]
+    errors: list[BaseException] = []
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            errors.append(error)
+        elif future.result() is not None:  # an opened instance (finish_loading returns None)
+            opened.append(future.result())  # type: ignore[arg-type]
+    if errors:
+        raise errors[0]
+    return signature
 
 
 def _unavailable(model: ModelVersion, exc: Exception) -> ModelVersion:

@@ -27,6 +27,8 @@ ISOLATED_BACKENDS = frozenset({"onnxruntime"})
 class IsolatedBackend:
     """``inner``'s instances, each opened in a new worker process."""
 
+    worker_processes = True  # each instance's memory is its worker's
+
     def __init__(self, inner: Backend) -> None:
         self._inner = inner
         self.name = inner.name

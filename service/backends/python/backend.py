@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from inference import model_config_pb2 as mc
 
@@ -40,18 +40,30 @@ log = logging.getLogger(__name__)
 class PythonBackend:
     name = "python"
     supports_gpu = True  # the model decides what runs where (model_instance_kind "GPU")
+    worker_processes = True  # each instance's memory is its worker's
 
     def open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
     ) -> PythonInstance:
         """Start the worker, run ``auto_complete_config`` (completing ``config`` in place,
         as Triton does before ``initialize``) and ``initialize``."""
+        return PythonInstance(config, self._model_file(config, version_path), spec)
+
+    def open_deferred(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> PythonInstance:
+        """``open`` up to ``auto_complete_config``; ``finish_loading`` runs ``initialize``."""
+        model_file = self._model_file(config, version_path)
+        return PythonInstance(config, model_file, spec, defer_initialize=True)
+
+    @staticmethod
+    def _model_file(config: mc.ModelConfig, version_path: Path) -> Path:
         model_file = version_path / (config.default_model_filename or "model.py")
         if not model_file.is_file():
             raise ValueError(
                 f"model file '{model_file.name}' not found in version {version_path.name}"
             )
-        return PythonInstance(config, model_file, spec)
+        return model_file
 
 
 @dataclass
@@ -63,7 +75,13 @@ class _Call:
 
 
 class PythonInstance:
-    def __init__(self, config: mc.ModelConfig, model_file: Path, spec: InstanceSpec) -> None:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        model_file: Path,
+        spec: InstanceSpec,
+        defer_initialize: bool = False,
+    ) -> None:
         self.spec = spec
         self.model_name = config.name
         self.settings = Settings.from_config(config)
@@ -78,13 +96,17 @@ class PythonInstance:
         self.restarts = 0
         self._running = False  # the current worker is up; cleared (under _lock) when it ends
         self._retry_at = 0.0
-        self._worker = self._start(config)
         self._config = config
+        self._worker = self._start(config, initialize=not defer_initialize)
         self._decoupled = config.model_transaction_policy.decoupled
 
     # -- worker life cycle -------------------------------------------------------------
 
-    def _start(self, config: mc.ModelConfig, complete: bool = True) -> WorkerProcess:
+    def _start(
+        self, config: mc.ModelConfig, complete: bool = True, initialize: bool = True
+    ) -> WorkerProcess:
+        """A worker with the model loaded (``auto_complete_config`` applied to ``config``)
+        and, unless ``initialize`` is False (``finish_loading`` does it), initialized."""
         worker = WorkerProcess(
             self._on_message, self._on_exit, self.settings.inline_limit, self.settings.pool_bytes
         )
@@ -98,15 +120,36 @@ class PythonInstance:
             )
             if completed is not None:
                 apply_completed(config, completed)
-            worker.call(("initialize", self._initialize_args(config)), "initialized", timeout)
         except BaseException as exc:
-            self._end_reason = "load failed"
-            worker.kill()
-            raise ValueError(f"failed to load python {self._label}: {exc}") from exc
+            self._failed(worker, exc)
+        if initialize:
+            self._initialize(worker, config)
+        return worker
+
+    def _initialize(self, worker: WorkerProcess, config: mc.ModelConfig) -> None:
+        try:
+            worker.call(
+                ("initialize", self._initialize_args(config)),
+                "initialized",
+                self.settings.initialize_timeout,
+            )
+        except BaseException as exc:
+            self._failed(worker, exc)
         with self._lock:
             self._end_reason = None
             self._running = True
-        return worker
+
+    def _failed(self, worker: WorkerProcess, exc: BaseException) -> NoReturn:
+        self._end_reason = "load failed"
+        worker.kill()
+        raise ValueError(f"failed to load python {self._label}: {exc}") from exc
+
+    def finish_loading(self) -> None:
+        """``initialize`` in the worker ``open_deferred`` left loaded: the loader runs it
+        beside the other instances' loading, so N instances that each take 10 s to
+        initialize are ready in about 10 s (as Triton loads them in parallel)."""
+        if not self._running:
+            self._initialize(self._worker, self._config)
 
     def _initialize_args(self, config: mc.ModelConfig) -> dict[str, str]:
         version_dir = self._model_file.parent
