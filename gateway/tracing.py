@@ -59,7 +59,9 @@ class Tracing:
 
     def __init__(self, config: TraceSettings, processor: SpanProcessor | None = None) -> None:
         self.config = config
-        self.active = config.on
+        # Triton's own trace mode writes a file in the service; the gateway makes no spans.
+        self.otel = config.mode == "opentelemetry"
+        self.active = config.on and self.otel
         self._sampling = Sampler(config)
         self._processor = processor  # tests inject one; otherwise built from the config
         self._provider: TracerProvider | None = None
@@ -162,7 +164,7 @@ class Tracing:
         self.active = False
         for model in ("", *self._sampling.models):
             level, _, count = self.settings(model)
-            self.active = self.active or tracing_on(level, count)
+            self.active = self.otel and (self.active or tracing_on(level, count))
         if not self.active or self._provider is not None:
             return
         try:

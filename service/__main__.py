@@ -13,6 +13,10 @@ from .telemetry.logs import LogControl
 
 def main() -> int:
     config = parse_args()
+    refusal = config.backends.refusal()
+    if refusal is not None:  # Triton refuses these --backend-config values at start
+        print(f"error: creating server: Invalid argument - {refusal}", file=sys.stderr)
+        return 1
     try:
         logs = LogControl(config.log)
     except OSError as exc:  # --log-file in a folder that does not exist, or not writable

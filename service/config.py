@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +13,12 @@ from wire.api_groups import Restriction, parse_restrictions
 from wire.header_forward import pattern_flag
 
 from . import SERVER_ID
+from .backends.backend_config import BackendConfig, from_flags
 from .flags import DEFAULT_MAX_MESSAGE_BYTES, build_parser, default_frontends
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LogSettings, TraceSettings, parse_trace_config
+from .triton_flags import FlagError, bad_option, parse_int64, read
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -73,6 +76,12 @@ class ServerConfig:
     frontends: int = 0  # gRPC frontend processes over one engine process; 0: one process
     # --grpc-header-forward-pattern, compiled as Triton applies it (case-insensitive).
     header_forward: re.Pattern[str] | None = None
+    # --backend-config settings, and auto-complete (--disable-auto-complete-config)
+    backends: BackendConfig = field(default_factory=BackendConfig)
+    model_config_name: str = ""  # --model-config-name: configs/<name>.pbtxt when present
+    grpc_arguments: tuple[tuple[str, int], ...] = ()  # --grpc-keepalive-* and the like
+    # Triton's flags given that change nothing here: one line each, logged at start.
+    notes: tuple[str, ...] = ()
 
 
 def _cache_size(specs: Sequence[str]) -> int:
@@ -87,6 +96,82 @@ def _cache_size(specs: Sequence[str]) -> int:
             )
         size = int(value)
     return size
+
+
+def _warn(text: str) -> None:
+    """Triton's parser warnings go to stderr before logging starts."""
+    print(f"Warning: {text}", file=sys.stderr)
+
+
+def _cache_specs(args: argparse.Namespace) -> list[str]:
+    """--cache-config, or the deprecated --response-cache-byte-size (never both)."""
+    if args.response_cache_byte_size is None:
+        return list(args.cache_config)
+    if args.cache_config:
+        raise FlagError(
+            "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
+            "provided. Please provide one or the other."
+        )
+    try:
+        size = str(parse_int64(args.response_cache_byte_size))
+    except FlagError as exc:
+        raise FlagError(bad_option("response-cache-byte-size", str(exc))) from None
+    _warn(
+        "'--response-cache-byte-size' has been deprecated! This will default to the 'local' "
+        "cache implementation with the provided byte size for its config. Please use "
+        "'--cache-config' instead. The equivalent --cache-config CLI args would be: "
+        f"'--cache-config=local,size={size}'"
+    )
+    return [f"local,size={size}"]
+
+
+def _trace_specs(args: argparse.Namespace) -> list[str]:
+    """The deprecated trace flags as the --trace-config settings they stand for, before
+    the --trace-config ones (which override them, as in Triton)."""
+    specs: list[str] = []
+    deprecated = (
+        ("trace_file", "--trace-file", "'--trace-config triton,file=<filepath>", "triton,file"),
+        ("trace_rate", "--trace-rate", "'--trace-config rate=<rate value>", "rate"),
+        ("trace_count", "--trace-count", "'--trace-config count=<count value>", "count"),
+        (
+            "trace_log_frequency",
+            "--trace-log-frequency",
+            "'--trace-config triton,log-frequency=<log frequency value>",
+            "triton,log-frequency",
+        ),
+    )
+    for level in args.trace_level:
+        _warn(
+            "'--trace-level' has been deprecated and will be removed in future releases. "
+            "Please use '--trace-config level=<OFF|TIMESTAMPS|TENSORS> instead."
+        )
+        specs.append(f"level={level}")
+    for dest, flag, instead, setting in deprecated:
+        value = getattr(args, dest)
+        if value is not None:
+            _warn(
+                f"'{flag}' has been deprecated and will be removed in future releases. "
+                f"Please use {instead} instead."
+            )
+            specs.append(f"{setting}={value}")
+    return specs + list(args.trace_config)
+
+
+def _auto_complete(args: argparse.Namespace) -> bool:
+    """--disable-auto-complete-config, or the deprecated --strict-model-config=true."""
+    if args.strict_model_config is not None:
+        _warn(
+            "'--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead."
+        )
+    if args.disable_auto_complete_config:
+        if args.strict_model_config is False:
+            _warn(
+                "Overriding deprecated '--strict-model-config' from False to True in favor "
+                "of '--disable-auto-complete-config'!"
+            )
+        return False
+    return not args.strict_model_config
 
 
 def _tls(args: argparse.Namespace) -> TlsConfig | None:
@@ -126,18 +211,24 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         parser.error("--lame-duck-secs must be >= 0")
     if args.max_instances_per_model < 1:
         parser.error("--max-instances-per-model must be at least 1")
+    if args.model_config_name == "":
+        parser.error(
+            bad_option("model-config-name", "Error: empty argument for --model-config-name")
+        )
     try:
-        cache_size = _cache_size(args.cache_config)
+        triton = read(args)
+        cache_size = _cache_size(_cache_specs(args))
         restricted = parse_restrictions(
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", "protocol"
         )
         tls = _tls(args)
-        trace = parse_trace_config(args.trace_config)
+        trace = parse_trace_config(_trace_specs(args))
+        backends = from_flags(args.backend_config, _auto_complete(args))
         latency = parse_metrics_config(args.metrics_config)
     except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(str(exc))
     return ServerConfig(
-        model_repositories=tuple(args.model_repositories),
+        model_repositories=tuple(dict.fromkeys(args.model_repositories)),  # a set, as Triton
         server_id=args.server_id,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
@@ -177,4 +268,12 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         header_forward=pattern_flag(
             parser, "--grpc-header-forward-pattern", args.grpc_header_forward_pattern
         ),
+        backends=backends,
+        model_config_name=args.model_config_name or "",
+        grpc_arguments=triton.grpc_arguments,
+        notes=(*triton.notes, *backends.notes(), *_trace_notes(trace)),
     )
+
+
+def _trace_notes(trace: TraceSettings) -> list[str]:
+    return [f"--trace-config {spec} has no effect here" for spec in trace.ignored]

@@ -16,6 +16,7 @@ from wire.api_groups import API_GROUPS
 from . import SERVER_ID
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.settings import LOG_FORMATS
+from .triton_flags import add_flags
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -50,6 +51,17 @@ def _bool(text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _int_bool(text: str) -> int:
+    """Triton's ``--log-verbose``: an integer, or true (1) / false (0)."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return int(lowered == "true")
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Invalid option value. Got {text}") from None
 
 
 def _message_size(text: str) -> int:
@@ -123,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--model-control-mode",
+        type=str.lower,  # any case, as Triton
         choices=("none", "explicit", "poll"),
         default="none",
         help="none: load all at start; explicit: load/unload through the API; poll: follow "
@@ -148,6 +161,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse to load a model whose instance_group asks for more instances",
     )
     add(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="models' configs are used as written: nothing is completed from the model",
+    )
+    add(
+        "--strict-model-config",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        help="deprecated (Triton): true is --disable-auto-complete-config",
+    )
+    add(
+        "--model-config-name",
+        default=None,
+        metavar="<string>",
+        help="read each model's configs/<name>.pbtxt where it exists, else config.pbtxt",
+    )
+    add(
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="<string>,<string>=<string>",
+        help="backend setting '<backend>,<key>=<value>', or '<key>=<value>' for every "
+        "backend (e.g. python,shm-default-byte-size=4194304; default-max-batch-size=8)",
+    )
+    add(
+        "--response-cache-byte-size",
+        default=None,
+        metavar="<integer>",
+        help="deprecated (Triton): --cache-config=local,size=<bytes>",
+    )
+    add(
         "--cache-config",
         action="append",
         default=[],
@@ -155,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="response cache, e.g. 'local,size=1048576' (bytes)",
     )
     # Logging
-    add("--log-verbose", type=int, default=0, help="verbose logging level (0: off)")
+    add("--log-verbose", type=_int_bool, default=0, help="verbose logging level (0: off)")
     _flag(parser, "--log-info", True, "log INFO messages")
     _flag(parser, "--log-warning", True, "log WARNING messages")
     _flag(parser, "--log-error", True, "log ERROR messages")
@@ -188,7 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="trace setting, e.g. 'rate=100', 'level=TIMESTAMPS', "
-        "'opentelemetry,url=http://collector:4318/v1/traces' (repeatable)",
+        "'opentelemetry,url=http://collector:4318/v1/traces', 'triton,file=trace.json', "
+        "'triton,log-frequency=50', 'mode=triton' (repeatable)",
+    )
+    # Triton's deprecated trace flags: the --trace-config settings they name.
+    add("--trace-file", default=None, metavar="<string>", help="deprecated: triton,file=")
+    add("--trace-level", action="append", default=[], metavar="<string>", help="deprecated")
+    add("--trace-rate", default=None, metavar="<integer>", help="deprecated: rate=")
+    add("--trace-count", default=None, metavar="<integer>", help="deprecated: count=")
+    add(
+        "--trace-log-frequency",
+        default=None,
+        metavar="<integer>",
+        help="deprecated: triton,log-frequency=",
     )
     # Access control and TLS
     add(
@@ -210,4 +268,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grpc-server-cert", type=Path, help="PEM certificate chain of the server")
     add("--grpc-server-key", type=Path, help="PEM private key of the server")
     add("--grpc-root-cert", type=Path, help="PEM root certificates that sign client certs")
+    # The rest of tritonserver --help: Triton's syntax, checked in config.parse_args.
+    add_flags(parser)
     return parser

@@ -11,11 +11,13 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .backends import backend_config
 from .cache import ResponseCache
 from .config import ServerConfig
 from .core.inference_server import InferenceServer
 from .core.lifecycle import ControlMode, ModelManager
 from .core.startup_table import model_table
+from .repository import layout
 from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
@@ -38,6 +40,11 @@ class Runtime:
         """``isolate``: ONNX Runtime instances in worker processes (only the engine of the
         split layout asks, with ``SERVICE_INSTANCE_WORKERS=1``: decision 030)."""
         self.config = config
+        for note in config.notes:  # Triton's flags that change nothing here, once each
+            log.warning("%s", note)
+        # Before any model loads: the loads read these (backend settings, config name).
+        backend_config.configure(config.backends)
+        layout.set_config_name(config.model_config_name)
         latency = config.metrics.latency
         if config.metrics.enabled and latency.observed:
             # Before any model loads: each ModelStats takes its observer when it is created.

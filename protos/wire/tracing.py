@@ -1,4 +1,4 @@
-"""Triton's ``--trace-config`` (OpenTelemetry mode): its grammar, the values it sets, and the
+"""Triton's ``--trace-config``: its grammar, the values it sets, and the
 exporter they name. The service and the gateway both take the flag, so one set of values
 configures both processes' spans; each keeps its own sampling state.
 """
@@ -13,11 +13,15 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
+    "BSP_SETTINGS",
     "TRACE_EXPORTERS",
+    "TRACE_MODES",
     "Levels",
     "Sampler",
     "Scope",
     "TraceSettings",
+    "join_levels",
+    "level_names",
     "make_exporter",
     "parse_trace_config",
     "tracing_on",
@@ -32,16 +36,40 @@ def tracing_on(level: str, count: int) -> bool:
     return level != "OFF" and count != 0
 
 
+#: The trace modes, as Triton names them.
+TRACE_MODES = ("triton", "opentelemetry")
+
+#: OpenTelemetry batch span processor settings (Triton's ``opentelemetry,bsp_*``).
+BSP_SETTINGS = ("bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size")
+
+
+def level_names(level: str) -> list[str]:
+    """A level as TraceSetting lists it: ``TIMESTAMPS,TENSORS`` -> both names."""
+    return level.split(",")
+
+
+def join_levels(names: Sequence[str]) -> str:
+    """Triton's level bit set from names (OFF alone, or TIMESTAMPS and/or TENSORS)."""
+    chosen = [n for n in ("TIMESTAMPS", "TENSORS") if n in names]
+    return ",".join(chosen) if chosen and "OFF" not in names else "OFF"
+
+
 @dataclass(frozen=True)
 class TraceSettings:
-    """Triton's ``--trace-config`` values (OpenTelemetry mode only)."""
+    """Triton's ``--trace-config`` values: the global ones (level, rate, count, mode), the
+    triton mode's (file, log-frequency) and the opentelemetry mode's."""
 
-    level: str = "OFF"  # OFF or TIMESTAMPS
+    level: str = "OFF"  # OFF, TIMESTAMPS, TENSORS or TIMESTAMPS,TENSORS
     rate: int = 1000  # trace 1 request in ``rate`` (a caller's sampled traceparent: always)
     count: int = -1  # traces left to take; -1: no limit
     exporter: str = "otlp-http"
     url: str = "http://localhost:4318/v1/traces"
     resource: tuple[tuple[str, str], ...] = ()
+    mode: str = "opentelemetry"  # or "triton": Triton's JSON trace file
+    file: str = ""  # triton mode: the trace file (prefix of the indexed files)
+    log_frequency: int = 0  # triton mode: traces per indexed file; 0: one file at exit
+    bsp: tuple[tuple[str, int], ...] = ()  # opentelemetry,bsp_*: batch span processor
+    ignored: tuple[str, ...] = ()  # settings Triton accepts and nothing here reads
 
     @property
     def on(self) -> bool:
@@ -58,47 +86,95 @@ def _trace_int(name: str, text: str, minimum: int) -> int:
     return value
 
 
+def _trace_level(text: str) -> str:
+    """Triton's ``ParseTraceLevelOption`` (any case)."""
+    lowered = text.lower()
+    if lowered in ("false", "off"):
+        return "OFF"
+    if lowered in ("true", "on", "min", "max", "timestamps"):
+        return "TIMESTAMPS"
+    if lowered == "tensors":
+        return "TENSORS"
+    raise ValueError(f"invalid value for trace level option: {text}")
+
+
+def _trace_mode(text: str) -> str:
+    if text.lower() not in TRACE_MODES:
+        raise ValueError(
+            f"invalid value for trace mode option: {text}. "
+            'Available options are "triton" and "opentelemetry"'
+        )
+    return text.lower()
+
+
 def parse_trace_config(specs: Sequence[str]) -> TraceSettings:
-    """``key=value`` (level, rate, count) or ``opentelemetry,key=value`` (exporter, url,
-    resource)."""
+    """Triton's ``--trace-config``: ``<setting>=<value>`` (level, rate, count, mode) or
+    ``<mode>,<setting>=<value>`` (triton: file, log-frequency; opentelemetry: url,
+    exporter, resource, bsp_*). Levels add up (``OFF`` anywhere wins). The mode is the
+    ``mode=`` given, else triton when a triton setting is given, else opentelemetry
+    (docs/decisions/032-trace-modes.md). Settings Triton ignores are kept in ``ignored``."""
     values: dict[str, object] = {}
     resource: list[tuple[str, str]] = []
+    bsp: dict[str, int] = {}
+    levels: list[str] = []
+    ignored: list[str] = []
+    mode = ""
+    triton_given = False
     for spec in specs:
-        mode, comma, setting = spec.partition(",")
-        if not comma:
-            mode, setting = "", spec
-        key, equals, value = setting.partition("=")
-        if not equals:
-            raise ValueError(f"--trace-config '{spec}': expected [mode,]key=value")
-        if mode not in ("", "opentelemetry"):
-            raise ValueError(f"--trace-config '{spec}': only the opentelemetry mode is supported")
-        if mode and key == "url":
+        comma = spec.find(",")
+        equals = spec.find("=", comma + 1)
+        if comma == 0:
+            raise ValueError(
+                "No trace mode specified. --trace-config option format is "
+                f"<trace mode>,<setting>=<value> or <setting>=<value>. Got {spec}"
+            )
+        section = _trace_mode(spec[:comma]) if comma > 0 else ""
+        key, value = spec[comma + 1 : equals], spec[equals + 1 :]
+        if equals < 0 or not key or not value:
+            raise ValueError(
+                "--trace-config option format is '<trace mode>,<setting>=<value>'. "
+                f"Got {spec} (expected [mode,]key=value)"
+            )
+        if section == "triton":
+            triton_given = True
+            if key == "file":
+                values["file"] = value
+            elif key == "log-frequency":
+                values["log_frequency"] = _trace_int("log-frequency", value, 0)
+            else:
+                ignored.append(spec)
+        elif section and key == "url":
             values["url"] = value if "://" in value else f"http://{value}"
-        elif mode and key == "exporter":
+        elif section and key == "exporter":
             if value not in TRACE_EXPORTERS:
                 raise ValueError(f"--trace-config exporter: one of {', '.join(TRACE_EXPORTERS)}")
             values["exporter"] = value
-        elif mode and key == "resource":
+        elif section and key == "resource":
             name, eq, text = value.partition("=")
             if not eq or not name:
                 raise ValueError(f"--trace-config '{spec}': expected resource=<key>=<value>")
             resource.append((name, text))
-        elif not mode and key == "level":
-            if value not in ("OFF", "TIMESTAMPS"):
-                raise ValueError(
-                    "--trace-config level: OFF or TIMESTAMPS (tensor contents are never traced)"
-                )
-            values["level"] = value
-        elif not mode and key == "rate":
+        elif section and key in BSP_SETTINGS:
+            bsp[key] = _trace_int(key, value, 0)
+        elif not section and key == "level":
+            levels.append(_trace_level(value))
+        elif not section and key == "rate":
             values["rate"] = _trace_int("rate", value, 1)
-        elif not mode and key == "count":
+        elif not section and key == "count":
             values["count"] = _trace_int("count", value, -1)
-        elif not mode and key == "mode":
-            if value != "opentelemetry":
-                raise ValueError("--trace-config mode: only 'opentelemetry' is supported")
+        elif not section and key == "mode":
+            mode = _trace_mode(value)
         else:
-            raise ValueError(f"--trace-config '{spec}': unknown setting '{key}'")
-    return TraceSettings(resource=tuple(resource), **values)  # type: ignore[arg-type]
+            ignored.append(spec)
+    if levels:
+        values["level"] = join_levels(levels)
+    return TraceSettings(
+        resource=tuple(resource),
+        mode=mode or ("triton" if triton_given else "opentelemetry"),
+        bsp=tuple(sorted(bsp.items())),
+        ignored=tuple(ignored),
+        **values,  # type: ignore[arg-type]
+    )
 
 
 def make_exporter(settings: TraceSettings) -> SpanExporter:

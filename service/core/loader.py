@@ -17,6 +17,7 @@ from pathlib import Path
 
 from inference import model_config_pb2 as mc
 
+from ..backends import backend_config
 from ..backends.base import Backend, InstanceSpec, ModelInstance, RequestInstance
 from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
@@ -134,8 +135,10 @@ def _open_instances(
     first = getattr(backend, "open_deferred", backend.open)(config, path, specs[0])
     opened.append(first)
     signature = first.signature()
+    settings = backend_config.current()
     if signature is not None:  # request backends may not know their tensors
-        complete(config, signature)
+        if settings.auto_complete:
+            complete(config, signature, settings.default_max_batch_size(backend.name))
         check_against_signature(config, signature)
     finish = getattr(first, "finish_loading", None)
     steps: list[Callable[[], object]] = [finish] if finish is not None else []

@@ -123,6 +123,7 @@ class FrontendConnection:
                     with trace:
                         response = await self._core.infer(request)
                         trace.executed(response.timings)
+                        trace.answered(response)
                     send((RESULT, rid, encode_response(response, self._responses)))
                     return
             response = await self._core.infer(request)

@@ -364,6 +364,9 @@ class _ForwardedTrace:
     def sent(self, response: InferResponse) -> None:
         pass
 
+    def answered(self, response: InferResponse) -> None:
+        pass
+
     def fail(self, message: str) -> None:
         pass
 

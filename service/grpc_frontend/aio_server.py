@@ -113,6 +113,7 @@ class GrpcFrontend:
                 ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
                 ("grpc.max_send_message_length", config.grpc_max_message_bytes),
                 ("grpc.so_reuseport", 1 if config.grpc_reuse_port or reuse_port else 0),
+                *config.grpc_arguments,  # Triton's --grpc-keepalive-* and the like
             ]
         )
         self._servicer = InferenceServicer(

@@ -12,11 +12,12 @@ from typing import Any
 
 from inference import model_config_pb2 as mc
 
+from ..core.api import TraceScope
 from ..core.index import IndexEntry
 from ..core.inference_server import InferenceServer, ModelMetadata, ServerMetadata, VersionStats
 from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..telemetry.logs import LogControl, LogValue
-from ..telemetry.spans import RequestTrace, begin_request
+from ..telemetry.spans import begin_request
 from ..telemetry.tracing import Tracing
 
 __all__ = ["LocalCore", "LocalLogs", "LocalTracing"]
@@ -105,7 +106,7 @@ class LocalTracing:
 
     def begin(
         self, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None
-    ) -> RequestTrace | None:
+    ) -> TraceScope | None:
         return begin_request(self.tracing, rpc, request, metadata)
 
     async def update_settings(

@@ -145,6 +145,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 with trace:
                     response = await self._core.infer(self._request(request, context))
                     trace.executed(response.timings)
+                    trace.answered(response)
                     if self.answers.stopping:
                         self.answers.track(context)
                     return encode_infer_response(response, self._max_send)

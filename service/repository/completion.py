@@ -78,10 +78,15 @@ def internal_tensors(config: mc.ModelConfig) -> tuple[list[TensorSpec], list[Ten
     return inputs, outputs
 
 
-def complete(config: mc.ModelConfig, signature: ModelSignature) -> None:
-    """Fill max_batch_size, inputs and outputs where the config has none (in place)."""
+def complete(
+    config: mc.ModelConfig,
+    signature: ModelSignature,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> None:
+    """Fill max_batch_size, inputs and outputs where the config has none (in place).
+    ``default_max_batch_size``: Triton's ``--backend-config default-max-batch-size``."""
     if config.max_batch_size == 0 and not config.input and signature.batchable:
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        config.max_batch_size = default_max_batch_size
     batched = config.max_batch_size > 0
     if not config.input:
         skip = internal_inputs(config)

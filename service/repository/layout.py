@@ -13,6 +13,15 @@ __all__ = ["ModelDirectory", "discover_models", "fingerprint", "model_directory"
 
 CONFIG_FILE = "config.pbtxt"
 
+# --model-config-name: a model whose ``configs/<name>.pbtxt`` exists is read from it
+# (Triton's custom configuration); set once by the engine before any load.
+_custom_config = ""
+
+
+def set_config_name(name: str) -> None:
+    global _custom_config
+    _custom_config = name
+
 
 @dataclass(frozen=True)
 class ModelDirectory:
@@ -27,6 +36,10 @@ class ModelDirectory:
 
     @property
     def config_path(self) -> Path:
+        if _custom_config:
+            custom = self.path / "configs" / f"{_custom_config}.pbtxt"
+            if custom.is_file():
+                return custom
         return self.path / CONFIG_FILE
 
     def version_path(self, version: int) -> Path:

@@ -29,6 +29,7 @@ from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
 from ..types import FINAL_FLAG, ExecutionRecord, InferRequest, InferResponse
 from .tracing import Tracing
+from .triton_trace import TritonTrace
 
 __all__ = ["RequestTrace", "TracingStepRunner", "begin_request"]
 
@@ -88,6 +89,9 @@ class RequestTrace:
         )
         self._sent += 1
 
+    def answered(self, response: InferResponse) -> None:
+        """The unary response (Triton's mode reads it; spans need nothing from it)."""
+
     def fail(self, message: str) -> None:
         """An error reported in-band (streams) rather than raised."""
         self.span.set_status(Status(StatusCode.ERROR, message))
@@ -120,12 +124,14 @@ def _attributes(rpc: str, model: str, version: str, request_id: str) -> dict[str
 
 def begin_request(
     tracing: Tracing, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None
-) -> RequestTrace | None:
+) -> RequestTrace | TritonTrace | None:
     """A trace for this request if it is sampled; the parent comes from ``traceparent``."""
     carrier = {k: v for k, v in metadata or () if k in ("traceparent", "tracestate")}
     parent = _PROPAGATOR.extract(carrier) if carrier else None
     remote = trace.get_current_span(parent).get_span_context() if parent else None
     sampled = bool(remote is not None and remote.is_valid and remote.trace_flags.sampled)
+    if tracing.trace_log is not None:  # Triton's mode: no parent context is followed
+        return tracing.begin_triton(request, False)
     if tracing.tracer is None or not tracing.sample(request.model_name, sampled):
         return None
     attributes = _attributes(rpc, request.model_name, request.model_version, request.id)

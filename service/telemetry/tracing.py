@@ -11,11 +11,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from wire.tracing import Sampler, Scope, TraceSettings, make_exporter
+from wire.tracing import (
+    Sampler,
+    Scope,
+    TraceSettings,
+    join_levels,
+    level_names,
+    make_exporter,
+)
 
 from ..errors import InvalidArgument, Unimplemented
+from .triton_trace import TraceLog, TritonTrace
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -29,7 +37,7 @@ log = logging.getLogger(__name__)
 #: backends and dashboards built for Triton filter on. ``resource=`` settings override it.
 TRACE_SERVICE_NAME = "triton-inference-server"
 
-_LEVELS = ("OFF", "TIMESTAMPS")
+_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 
 
 def _one_int(name: str, values: Sequence[str], minimum: int) -> int:
@@ -48,15 +56,11 @@ def _one_int(name: str, values: Sequence[str], minimum: int) -> int:
 
 def _level(values: Sequence[str]) -> str:
     for value in values:
-        if value == "TENSORS":
-            raise InvalidArgument(
-                "trace level 'TENSORS' is not supported: tensors are never traced"
-            )
         if value not in _LEVELS:
             raise InvalidArgument(f"unknown trace level '{value}'")
     if "OFF" in values and len(values) > 1:
         raise InvalidArgument("Expect only one trace level 'OFF' is specified")
-    return values[0]
+    return join_levels(values)
 
 
 class Tracing:
@@ -67,6 +71,10 @@ class Tracing:
         self._provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
         self.active = False
+        # Triton's own mode: a trace file, no OpenTelemetry (docs/decisions/032-trace-modes.md)
+        self.trace_log: TraceLog | None = None
+        if settings.mode == "triton" and settings.file:
+            self.trace_log = TraceLog(settings.file, settings.log_frequency)
         self._refresh()
 
     # --- settings (TraceSetting) ---------------------------------------------------------
@@ -74,14 +82,23 @@ class Tracing:
     def snapshot(self, model: str = "") -> dict[str, list[str]]:
         """The settings in effect for ``model`` (or globally), as TraceSetting reports them."""
         level, rate, count = self._sampling.effective(model)
-        return {
-            "trace_level": [level],
+        settings = {
+            "trace_level": level_names(level),
             "trace_rate": [str(rate)],
             "trace_count": [str(count)],
-            "trace_mode": ["opentelemetry"],
-            "url": [self._startup.url],
-            "exporter": [self._startup.exporter],
+            "trace_mode": [self._startup.mode],
         }
+        if self._startup.mode == "triton":
+            settings["trace_file"] = [self._startup.file]
+            settings["log_frequency"] = [str(self.log_frequency)]
+        else:
+            settings["url"] = [self._startup.url]
+            settings["exporter"] = [self._startup.exporter]
+        return settings
+
+    @property
+    def log_frequency(self) -> int:
+        return self.trace_log.log_frequency if self.trace_log else self._startup.log_frequency
 
     def update(self, changes: Mapping[str, Sequence[str]], model: str = "") -> dict[str, list[str]]:
         """Validate every change, then apply: an empty list clears (model: back to the
@@ -89,6 +106,15 @@ class Tracing:
         if "trace_file" in changes:
             raise Unimplemented("trace file location can not be updated through network protocol")
         parsed: dict[str, int | str | None] = {}
+        frequency = changes.get("log_frequency")
+        if frequency is not None and self._startup.mode == "triton":
+            value = (
+                _one_int("log_frequency", frequency, 0)
+                if frequency
+                else (self._startup.log_frequency)
+            )
+            if self.trace_log is not None:
+                self.trace_log.log_frequency = value
         for name, values in changes.items():
             if name not in ("trace_level", "trace_rate", "trace_count"):
                 continue  # Triton ignores settings it does not know
@@ -113,8 +139,32 @@ class Tracing:
     def _refresh(self) -> None:
         levels = [self._sampling.base.level, *(s.level for s in self._sampling.models.values())]
         self.active = any(level not in (None, "OFF") for level in levels)
-        if self.active and self._provider is None:
+        if self._startup.mode == "triton":
+            # Triton: no trace file named, no trace ("trace file name is not given")
+            self.active = self.active and self.trace_log is not None
+        elif self.active and self._provider is None:
             self._start_provider()
+
+    def begin_triton(self, request: Any, parent_sampled: bool) -> TritonTrace | None:
+        """Triton's mode: a trace for this request if it is sampled."""
+        if self.trace_log is None or not self.sample(request.model_name, parent_sampled):
+            return None
+        level = self._sampling.effective(request.model_name)[0]
+        names = level_names(level)
+        return TritonTrace(
+            self.trace_log,
+            request,
+            tensors="TENSORS" in names,
+            timestamps="TIMESTAMPS" in names,
+            done=self._count_done,
+        )
+
+    def _count_done(self) -> bool:
+        """Triton writes the traces at once when ``count`` is spent and all are written."""
+        assert self.trace_log is not None
+        base = self._sampling.base
+        seen = self._sampling.counters.get("", 0)
+        return base.count == 0 and self.trace_log.collected + 1 >= seen
 
     # --- sampling ------------------------------------------------------------------------
 
@@ -146,6 +196,9 @@ class Tracing:
         )
 
     def shutdown(self) -> None:
-        """Flush and stop the exporter (blocking: call it off the event loop)."""
+        """Flush and stop the exporter, or close the trace file (blocking: call it off
+        the event loop)."""
         if self._provider is not None:
             self._provider.shutdown()
+        if self.trace_log is not None:
+            self.trace_log.close()

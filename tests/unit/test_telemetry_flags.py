@@ -138,14 +138,18 @@ def test_trace_config() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("level=TENSORS", "tensor contents are never traced"),
+        ("level=SOME", "invalid value for trace level option: SOME"),
         ("rate=0", "must be >= 1"),
         ("count=x", "expected an integer"),
-        ("mode=triton", "only 'opentelemetry'"),
-        ("triton,file=x", "only the opentelemetry mode"),
+        (
+            "mode=zipkin",
+            'invalid value for trace mode option: zipkin. Available options are "triton"',
+        ),
+        ("zipkin,file=x", "invalid value for trace mode option: zipkin"),
+        (",file=x", "No trace mode specified"),
+        ("triton,log-frequency=-1", "must be >= 0"),
         ("opentelemetry,exporter=zipkin", "one of otlp-http"),
         ("opentelemetry,resource=novalue", "expected resource=<key>=<value>"),
-        ("verbose=1", "unknown setting 'verbose'"),
         ("level", "expected [mode,]key=value"),
     ],
 )

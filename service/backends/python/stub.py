@@ -274,11 +274,12 @@ class Stub:
 
 
 def main() -> None:
-    fd, inline_limit, pool_bytes = (int(arg) for arg in sys.argv[1:4])
+    fd, inline_limit, pool_bytes, smallest, growth = (int(arg) for arg in sys.argv[1:6])
     os.set_inheritable(fd, False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when its models stop
     sys.modules["triton_python_backend_utils"] = pb_utils
-    Stub(Channel(socket.socket(fileno=fd), inline_limit, pool_bytes)).run()
+    channel = Channel(socket.socket(fileno=fd), inline_limit, pool_bytes, smallest, growth)
+    Stub(channel).run()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..spawn import describe_exit, spawn_worker
 from .protocol import Channel, ChannelClosed
+from .shm import MIN_REGION
 
 __all__ = ["WorkerDied", "WorkerProcess"]
 
@@ -37,17 +38,27 @@ class WorkerDied(RuntimeError):
 
 class WorkerProcess:
     def __init__(
-        self, on_message: OnMessage, on_exit: OnExit, inline_limit: int, pool_bytes: int
+        self,
+        on_message: OnMessage,
+        on_exit: OnExit,
+        inline_limit: int,
+        pool_bytes: int,
+        regions: tuple[int, int] = (MIN_REGION, 0),
     ) -> None:
+        """``regions``: the smallest shared-memory region and the growth step (0: powers
+        of two), in both directions."""
         self._on_message = on_message
         self._on_exit = on_exit
         self._replies: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._exit_reason = ""
         self.process, ours = spawn_worker(
-            "service.backends.python.stub", str(inline_limit), str(pool_bytes)
+            "service.backends.python.stub",
+            str(inline_limit),
+            str(pool_bytes),
+            *(str(r) for r in regions),
         )
         self.pid = self.process.pid
-        self.channel = Channel(ours, inline_limit, pool_bytes)
+        self.channel = Channel(ours, inline_limit, pool_bytes, *regions)
         self._reader = threading.Thread(
             target=self._read, name=f"python-worker-{self.pid}", daemon=True
         )
