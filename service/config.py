@@ -66,6 +66,7 @@ class ServerConfig:
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
+    model_load_thread_count: int = 4  # models loading at once (Triton's default)
     cache_size_bytes: int = 0  # 0: no response cache
     max_instances_per_model: int = DEFAULT_MAX_INSTANCES  # more instances fail to load
     log: LogSettings = field(default_factory=LogSettings)
@@ -242,6 +243,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_models),
         repository_poll_secs=args.repository_poll_secs,
+        model_load_thread_count=args.model_load_thread_count,
         cache_size_bytes=cache_size,
         max_instances_per_model=args.max_instances_per_model,
         log=LogSettings(

@@ -14,9 +14,10 @@ from pathlib import Path
 from wire.api_groups import API_GROUPS
 
 from . import SERVER_ID
+from .core.lifecycle import DEFAULT_LOAD_THREADS
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.settings import LOG_FORMATS
-from .triton_flags import add_flags
+from .triton_flags import FlagError, add_flags, parse_int
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -42,6 +43,14 @@ def default_frontends() -> int:
     except (OSError, ValueError):
         pass
     return cores
+
+
+def _load_threads(text: str) -> int:
+    """Triton's ``ParseOption<int>``, then at least one thread (its ``std::max(1u, n)``)."""
+    try:
+        return max(1, parse_int(text))
+    except FlagError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _bool(text: str) -> bool:
@@ -153,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=15.0,
         help="with --model-control-mode=poll: seconds between repository scans",
+    )
+    add(
+        "--model-load-thread-count",
+        type=_load_threads,
+        default=DEFAULT_LOAD_THREADS,
+        metavar="<integer>",
+        help="models loading at once (each model's instances open in parallel too)",
     )
     add(
         "--max-instances-per-model",

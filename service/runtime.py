@@ -56,6 +56,7 @@ class Runtime:
             startup_models=config.load_models,
             limits=ConfigLimits(max_instances=config.max_instances_per_model),
             isolate=isolate,
+            load_threads=config.model_load_thread_count,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(
