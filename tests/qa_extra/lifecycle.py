@@ -1,0 +1,93 @@
+"""L0_lifecycle's parallel-load tests (issue 27, item 8): two models, and two instances of
+one model, each taking 10 s to load, are ready in less than 15 s.
+
+Repositories as L0_lifecycle/test.sh builds them. Its ``identity_zero_1_int32`` runs on
+Triton's C++ ``identity`` test backend with ``creation_delay_sec: 10``, which the
+reference Triton here does not have: both servers get the same Python stand-in (identity,
+sleeping ``creation_delay_sec`` in ``initialize``), as the runner's other stand-ins do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from manifest import Suite
+
+_DELAYED_IDENTITY = '''
+import json
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Stand-in for the identity backend with creation_delay_sec."""
+
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        delay = parameters.get("creation_delay_sec", {}).get("string_value", "0")
+        time.sleep(float(delay))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+        return responses
+'''
+
+_SLEEP_IN_INITIALIZE = (
+    "    def initialize(self, args):\n        import time\n        time.sleep(10)\n"
+)
+
+
+def _python_identity_fp32(r: Any, name: str, with_config: bool = True) -> None:
+    """qa/python_models/identity_fp32 with ``time.sleep(10)`` appended as ``initialize``."""
+    r.copy(r.qa("python_models/identity_fp32/model.py"), f"{name}/1/model.py")
+    r.append(f"{name}/1/model.py", _SLEEP_IN_INITIALIZE)
+    if with_config:
+        r.copy(r.qa("python_models/identity_fp32/config.pbtxt"), f"{name}/config.pbtxt")
+        r.sub(f"{name}/config.pbtxt", r"identity_fp32", name)
+
+
+def repo_model_load_speedup(r: Any) -> None:
+    """test.sh: identity_zero_1_int32_{1,2} and python_identity_fp32_{1,2}."""
+    for i in (1, 2):
+        name = f"identity_zero_1_int32_{i}"
+        r.copy(r.qa("L0_lifecycle/identity_zero_1_int32/config.pbtxt"), f"{name}/config.pbtxt")
+        r.sub(f"{name}/config.pbtxt", r"identity_zero_1_int32", name)
+        r.sub(f"{name}/config.pbtxt", r"^backend:.*$", 'backend: "python"')
+        r.write(f"{name}/1/model.py", _DELAYED_IDENTITY)
+        _python_identity_fp32(r, f"python_identity_fp32_{i}")
+
+
+def repo_instance_load_speedup(r: Any) -> None:
+    """test.sh: identity_fp32 without its config.pbtxt (the test loads it with one)."""
+    _python_identity_fp32(r, "identity_fp32", with_config=False)
+
+
+SUITES = [
+    Suite(
+        "lifecycle_concurrent_model_load_speedup",
+        "L0_lifecycle",
+        "lifecycle_test.py",
+        ["LifeCycleTest::test_concurrent_model_load_speedup"],
+        repo_model_load_speedup,
+        args=["--model-control-mode=explicit"],
+        restart="test",
+        timeout=120,
+        default=False,
+        note="identity backend (creation_delay_sec 10) as a Python stand-in on both servers",
+    ),
+    Suite(
+        "lifecycle_concurrent_instance_load_speedup",
+        "L0_lifecycle",
+        "lifecycle_test.py",
+        ["LifeCycleTest::test_concurrent_model_instance_load_speedup"],
+        repo_instance_load_speedup,
+        args=["--model-control-mode=explicit"],
+        restart="test",
+        timeout=120,
+        default=False,
+    ),
+]
