@@ -31,6 +31,8 @@ __all__ = [
     "ServerError",
     "Unavailable",
     "Unimplemented",
+    "Unknown",
+    "failure_reason",
     "request_prefix",
 ]
 
@@ -52,6 +54,7 @@ class ErrorCode(enum.Enum):
     UNIMPLEMENTED = "unimplemented"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
+    UNKNOWN = "unknown"  # TRITONSERVER_ERROR_UNKNOWN, e.g. from a Python model's TritonError
 
 
 class ServerError(Exception):
@@ -104,3 +107,13 @@ class Cancelled(ServerError):
 
 class Internal(ServerError):
     code = ErrorCode.INTERNAL
+
+
+class Unknown(ServerError):
+    code = ErrorCode.UNKNOWN
+
+
+def failure_reason(exc: ServerError) -> str | None:
+    """The statistics reason of a request that failed after the model accepted it (its
+    own reason, or BACKEND for an INTERNAL one); None for one refused before that."""
+    return exc.failure or ("BACKEND" if isinstance(exc, Internal) else None)

@@ -22,6 +22,7 @@ from wire.datatypes import Array
 if TYPE_CHECKING:
     from inference import model_config_pb2 as mc
 
+    from ..errors import ServerError
     from ..repository.completion import ModelSignature
 
 __all__ = [
@@ -91,11 +92,12 @@ class ResponseSender(Protocol):
     def send(
         self,
         outputs: Mapping[str, Array] | None = None,
-        error: str | None = None,
+        error: str | ServerError | None = None,
         final: bool = False,
     ) -> None:
         """Thread-safe. ``final`` marks the last response for this request; a response may
-        be empty (no outputs) when it only carries the final flag."""
+        be empty (no outputs) when it only carries the final flag. An ``error`` given as a
+        message reaches the client as INTERNAL; a ``ServerError`` keeps its code."""
         ...
 
     @property

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..errors import Internal, ServerError
 from ..scheduling.base import ExecutionResult, Job
-from ..scheduling.responses import Response, StreamSender
+from ..scheduling.responses import Response, StreamSender, as_server_error
 from ..types import FINAL_FLAG, ExecutionRecord, InferResponse, OutputTensor
 from .classification import classify_outputs
 from .model import ModelVersion
@@ -80,7 +80,7 @@ async def stream_responses(
             if response.error is not None:
                 model.stats.record_response(index, arrived - last, 0, ok=False)
                 finished = True
-                raise Internal(response.error)
+                raise as_server_error(response.error)
             outputs = _outputs(model, job, response, classes)
             done = time.monotonic_ns()
             if outputs:

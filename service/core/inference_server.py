@@ -11,7 +11,7 @@ from inference import model_config_pb2 as mc
 
 from .. import SERVER_ID, __version__
 from ..cache import ResponseCache, cache_key
-from ..errors import Internal, ServerError, Unavailable, Unimplemented
+from ..errors import ServerError, Unavailable, Unimplemented, failure_reason
 from ..scheduling.base import ExecutionResult, Job, SequenceHolder
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
@@ -453,7 +453,7 @@ class _DecoupledOutcome:
 def _count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
     """Count a request the model had accepted under its failure reason; one refused
     before that (full queue, sequence rules, unloading) is not a failure, as in Triton."""
-    reason = exc.failure or ("BACKEND" if isinstance(exc, Internal) else None)
+    reason = failure_reason(exc)
     if reason is not None:
         model.stats.record_failure(time.monotonic_ns() - start, reason)
     return reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -15,7 +15,7 @@ from inference import grpc_service_pb2_grpc as pb_grpc
 from wire.heap import after_failed_request
 
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing, TraceScope
-from ..errors import InvalidArgument, ServerError, Unimplemented
+from ..errors import InvalidArgument, ServerError, Unimplemented, failure_reason
 from ..types import InferRequest
 from .answers import AnswerTracker, refuse_stream
 from .codec import (
@@ -52,6 +52,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 #: get Triton's in-band errors unchanged (message only).
 ERROR_CODES_METADATA = ("gateway-error-codes", "1")
 ERROR_CODE_PARAMETER = "error_code"
+#: Triton's grpc stream error mode (stream_infer_handler.cc): a stream opened with this
+#: metadata ends with the status of the first error a model or scheduler returns.
+TRITON_GRPC_ERROR_METADATA = ("triton_grpc_error", "true")
 
 
 def _not_yet(rpc: str, extension: str) -> Unimplemented:
@@ -184,16 +187,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         pending: set[asyncio.Task[None]] = set()
         sent_all = False  # the client half-closed: every request it sent has been read
-        codes = ERROR_CODES_METADATA in tuple(context.invocation_metadata() or ())
+        metadata = tuple(context.invocation_metadata() or ())
+        codes = ERROR_CODES_METADATA in metadata
+        # Triton's triton_grpc_error mode: a request failing after it was issued ends the
+        # stream with its status (the first such error; nothing is written after it).
+        ended: list[tuple[grpc.StatusCode, str]] = []
+        end_on_error = None
+        if TRITON_GRPC_ERROR_METADATA in metadata:
+
+            def end_on_error(status: grpc.StatusCode, message: str) -> None:
+                if not ended:
+                    ended.append((status, message))
+                    results.put_nowait(None)
 
         async def serve_one(request: pb.ModelInferRequest | Malformed) -> None:
             trace = self._stream_trace(request, context)
             if trace is None:
-                async for response in self._stream_responses(request, context, codes=codes):
+                async for response in self._stream_responses(
+                    request, context, codes=codes, end_on_error=end_on_error
+                ):
                     await results.put(response)
                 return
             with trace:
-                async for response in self._stream_responses(request, context, trace, codes):
+                async for response in self._stream_responses(
+                    request, context, trace, codes, end_on_error
+                ):
                     await results.put(response)
 
         async def read_requests() -> None:
@@ -226,9 +244,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         reader.add_done_callback(finished)
         try:
-            while (item := await results.get()) is not None:
+            while (item := await results.get()) is not None and not ended:
                 yield item
-            if self._closing and not sent_all:
+            if ended:
+                context.set_code(ended[0][0])
+                context.set_details(ended[0][1])
+            elif self._closing and not sent_all:
                 refuse_stream(context)
         finally:
             reader.cancel()
@@ -241,6 +262,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         context: Context,
         trace: TraceScope | None = None,
         codes: bool = False,
+        end_on_error: Callable[[grpc.StatusCode, str], None] | None = None,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Every response of one request (several for decoupled models), errors in-band
         (``codes``: with their status, see ERROR_CODES_METADATA).
@@ -267,6 +289,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             message = exc.message  # already carries the request id prefix where it belongs
             status = GRPC_STATUS[exc.code]
             log_request_error("ModelStreamInfer", request, status, message)
+            if end_on_error is not None and failure_reason(exc) is not None:
+                after_failed_request(request_bytes(request))
+                if trace is not None:
+                    trace.fail(message)
+                end_on_error(status, message)
+                return
         except Exception:
             message = "internal error in ModelStreamInfer"
             log_request_error(

@@ -38,6 +38,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 Req = TypeVar("Req")

@@ -47,6 +47,7 @@ V1_CODES: dict[ErrorCode, rs.RequestStatusCode] = {
     ErrorCode.UNIMPLEMENTED: rs.UNSUPPORTED,
     ErrorCode.CANCELLED: rs.UNKNOWN,
     ErrorCode.INTERNAL: rs.INTERNAL,
+    ErrorCode.UNKNOWN: rs.UNKNOWN,
 }
 
 _START = api.InferRequestHeader.FLAG_SEQUENCE_START

@@ -99,7 +99,7 @@ def _execute_requests(
         )
         for job in jobs
     ]
-    collectors = [None if job.sink else CollectingSender(instance.spec.name) for job in jobs]
+    collectors = [None if job.sink else CollectingSender(instance.spec.name, job) for job in jobs]
     senders: list[ResponseSender] = [
         job.sink if job.sink is not None else collector  # type: ignore[misc]
         for job, collector in zip(jobs, collectors, strict=True)

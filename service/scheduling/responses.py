@@ -16,47 +16,60 @@ from dataclasses import dataclass, field
 from wire.datatypes import Array
 
 from ..errors import Internal, ServerError
+from .base import Job
 
-__all__ = ["CollectingSender", "Response", "StreamSender"]
+__all__ = ["CollectingSender", "Response", "StreamSender", "as_server_error"]
 
 
 @dataclass(frozen=True)
 class Response:
     outputs: dict[str, Array] = field(default_factory=dict)
-    error: str | None = None
+    # A plain message is INTERNAL; a ServerError keeps the code the backend gave it (a
+    # Python model's ``TritonError(msg, code)``).
+    error: str | ServerError | None = None
     final: bool = False
 
 
+def as_server_error(error: str | ServerError) -> ServerError:
+    return error if isinstance(error, ServerError) else Internal(error)
+
+
 class CollectingSender:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, job: Job | None = None) -> None:
         self._model = model
+        self._job = job
         self._lock = threading.Lock()
         self.responses: list[Response] = []
 
     @property
     def cancelled(self) -> bool:
-        return False
+        """The caller stopped waiting (the client cancelled, or its deadline passed): read
+        from the backend's thread, as ``request.is_cancelled()`` asks it."""
+        future = self._job.future if self._job is not None else None
+        return future is not None and future.cancelled()
 
     def send(
         self,
         outputs: Mapping[str, Array] | None = None,
-        error: str | None = None,
+        error: str | ServerError | None = None,
         final: bool = False,
     ) -> None:
         with self._lock:
             self.responses.append(Response(dict(outputs or {}), error, final))
 
     def result(self) -> dict[str, Array] | ServerError:
-        """The one response a non-decoupled model must send, or the error it sent instead."""
+        """The response of a non-decoupled request: the first one the model sent (or the
+        error it sent instead). As Triton's frontends do, any later one is dropped (e.g. the
+        error a Python model raises on a second ``send``, after the first went out)."""
         with self._lock:
             answers = [r for r in self.responses if r.outputs or r.error]
-        if len(answers) != 1:
+        if not answers:
             return Internal(
-                f"model '{self._model}' sent {len(answers)} responses for a request; a model "
+                f"model '{self._model}' sent 0 responses for a request; a model "
                 "that is not decoupled must send exactly one"
             )
         if answers[0].error is not None:
-            return Internal(answers[0].error)
+            return as_server_error(answers[0].error)
         return answers[0].outputs
 
 
@@ -80,7 +93,7 @@ class StreamSender:
     def send(
         self,
         outputs: Mapping[str, Array] | None = None,
-        error: str | None = None,
+        error: str | ServerError | None = None,
         final: bool = False,
     ) -> None:
         if self._closed or self._cancelled:
@@ -91,7 +104,7 @@ class StreamSender:
 
     def fail(self, error: ServerError) -> None:
         """The execution itself failed before the model answered: end the stream."""
-        self.send(error=error.message, final=True)
+        self.send(error=error, final=True)
 
     async def responses(self) -> AsyncIterator[Response]:
         while True:

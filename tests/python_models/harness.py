@@ -22,6 +22,7 @@ from inference import model_config_pb2 as mc
 from service.backends.base import BackendRequest, InstanceSpec
 from service.backends.registry import get_backend
 from service.core.loader import instance_specs
+from service.errors import ErrorCode, ServerError
 
 MODELS = Path(__file__).resolve().parent
 
@@ -29,8 +30,9 @@ MODELS = Path(__file__).resolve().parent
 @dataclass
 class Response:
     outputs: dict[str, Any] | None
-    error: str | None
+    error: str | None  # the message
     final: bool
+    code: ErrorCode | None = None  # the error's class (INTERNAL for a plain message)
 
 
 class Collector:
@@ -46,14 +48,17 @@ class Collector:
     def send(
         self,
         outputs: Mapping[str, Any] | None = None,
-        error: str | None = None,
+        error: str | ServerError | None = None,
         final: bool = False,
     ) -> None:
+        code = None if error is None else ErrorCode.INTERNAL
+        if isinstance(error, ServerError):
+            error, code = error.message, error.code
         with self._lock:
             if self._final.is_set():
                 raise AssertionError("a response arrived after the final one")
             copied = None if outputs is None else {k: np.array(v) for k, v in outputs.items()}
-            self.responses.append(Response(copied, error, final))
+            self.responses.append(Response(copied, error, final, code))
             self.arrived.append(time.monotonic())
         if final:
             self._final.set()

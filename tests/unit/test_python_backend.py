@@ -72,7 +72,9 @@ def test_exception_in_execute_fails_that_execution_only() -> None:
         for sender in (ok, raising):  # one execute: every request of it fails
             assert sender.only.error is not None
             assert "ValueError: MODE 1 asks execute to raise" in sender.only.error
-            assert "model 'faulty'" in sender.only.error
+            assert "Failed to process the request(s) for model 'faulty_0_0', message: " in (
+                sender.only.error
+            )
             assert "model.py" in sender.only.error
         (after,) = run(instance, request(MODE=[[0]]))
         assert after.only.error is None
@@ -262,6 +264,8 @@ def test_a_wrong_number_of_responses_fails_the_requests(tmp_path: Path) -> None:
         assert one.only.error is None and one.only.outputs == {}
         first, second = run(instance, request(X=[1]), request(X=[2]))
         for sender in (first, second):
-            assert "2 requests, 1 responses" in (sender.only.error or "")
+            assert "InferenceRequest(s) size is:2, and InferenceResponse(s) size is:1" in (
+                sender.only.error or ""
+            )
     finally:
         instance.close()

@@ -53,12 +53,18 @@ def test_response_sender_rules() -> None:
         decoupled.send(response)
     sent.clear()
     single = pb_utils.InferenceResponseSender(emit, lambda: True, decoupled=False)
-    single.send(response)  # held until the final flag, so the server sees one response
-    assert sent == [] and single.is_cancelled()
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send complete final before"):
+        single.send(flags=final)  # Triton's text, as the model gets it
+    single.send(response)  # goes out at once, as in Triton; the final flag follows
+    assert sent == [(response, False)] and single.is_cancelled()
     with pytest.raises(pb_utils.TritonModelException, match="more than one"):
         single.send(response)
     single.send(flags=final)
-    assert sent == [(response, True)]
+    assert sent == [(response, False), (None, True)]
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag"):
+        single.send(response, flags=4)
+    with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
+        single.send()
     request = pb_utils.InferenceRequest([], request_id="r", sender=single)
     with pytest.raises(pb_utils.TritonModelException, match="BLS"):
         request.exec()

@@ -24,6 +24,17 @@ from typing import Any, NoReturn
 
 from inference import model_config_pb2 as mc
 
+from ...errors import (
+    AlreadyExists,
+    Cancelled,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ServerError,
+    Unavailable,
+    Unimplemented,
+    Unknown,
+)
 from ...repository.completion import ModelSignature
 from ..backend_config import current
 from ..base import BackendRequest, InstanceSpec, ResponseSender
@@ -73,6 +84,37 @@ class _Call:
     requested: list[set[str]]
     final: list[bool]
     executed: threading.Event = field(default_factory=threading.Event)
+    # every request ended (its final response, or rescheduled): non-decoupled models may
+    # answer from their own threads after ``execute`` returned, as in Triton
+    answered: threading.Event = field(default_factory=threading.Event)
+    rescheduled: list[int] = field(default_factory=list)
+
+
+#: TRITONSERVER_Error_Code of a TritonError -> the error the client gets (its gRPC status).
+_ERROR_CODES: dict[int, type[ServerError]] = {
+    0: Unknown,
+    1: Internal,
+    2: NotFound,
+    3: InvalidArgument,
+    4: Unavailable,
+    5: Unimplemented,
+    6: AlreadyExists,
+    7: Cancelled,
+}
+
+
+_NO_RESCHEDULE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is "
+    "not configured to handle such a flag."
+)
+
+
+def _model_error(error: tuple[str, int] | str | None) -> ServerError | str | None:
+    """A model's error response, with its TritonError code, counted as a BACKEND failure."""
+    if error is None or isinstance(error, str):
+        return error
+    message, code = error
+    return _ERROR_CODES.get(code, Internal)(message, failure="BACKEND")
 
 
 class PythonInstance:
@@ -123,7 +165,14 @@ class PythonInstance:
         try:
             worker.call(None, "ready", start)
             (completed,) = worker.call(
-                ("load", str(self._model_file), self._label, config_to_json(config), complete),
+                (
+                    "load",
+                    str(self._model_file),
+                    self._label,
+                    self.spec.name,
+                    config_to_json(config),
+                    complete,
+                ),
                 "loaded",
                 timeout,
             )
@@ -238,7 +287,7 @@ class PythonInstance:
         finally:
             if packed.fd is not None:
                 os.close(packed.fd)
-        if not call.executed.wait(self.settings.execute_timeout):
+        if not self._wait(call):
             self._end_reason = (
                 f"{self._label}: execute did not return within "
                 f"{self.settings.execute_timeout:g} s (execute_timeout_secs); "
@@ -246,8 +295,23 @@ class PythonInstance:
             )
             log.error("%s", self._end_reason)
             worker.kill()
+        for index in call.rescheduled:
+            _send(senders[index], None, InvalidArgument(_NO_RESCHEDULE), True)
         if not self._running:
             self._restart()
+
+    def _wait(self, call: _Call) -> bool:
+        """Until ``execute`` returned and, for a non-decoupled model, every request was
+        answered (a response sent from the model's own thread may come later), within
+        ``execute_timeout_secs`` (None: no limit)."""
+        timeout = self.settings.execute_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not call.executed.wait(timeout):
+            return False
+        if self._decoupled:
+            return True
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return call.answered.wait(left)
 
     def close(self) -> None:
         if self._closed:
@@ -261,7 +325,7 @@ class PythonInstance:
     def _on_message(self, message: tuple[Any, ...], fd: int | None) -> None:
         tag = message[0]
         if tag == "responses":
-            _, call_id, items, region, done = message
+            _, call_id, items, region, done, rescheduled = message
             groups = self._worker.channel.unpack([r or [] for _, r, _, _ in items], region, fd)
             with self._lock:
                 call = self._calls.get(call_id)
@@ -275,15 +339,17 @@ class PythonInstance:
                 if refs is not None:
                     wanted = call.requested[index]
                     outputs = {n: a for n, a in tensors if not wanted or n in wanted}
-                _send(call.senders[index], outputs, error, final)
+                _send(call.senders[index], outputs, _model_error(error), final)
             if done:
-                if not self._decoupled:  # the worker answers every request first; if not:
-                    for index in [i for i, final in enumerate(call.final) if not final]:
+                for index in rescheduled:  # the scheduler runs these again
+                    if not call.final[index]:
                         call.final[index] = True
-                        _send(call.senders[index], None, f"{self._label} sent no response", True)
+                        call.rescheduled.append(index)
                 call.executed.set()
-            with self._lock:
-                if call.executed.is_set() and all(call.final):
+            ended = call.executed.is_set() and all(call.final)
+            if ended:
+                call.answered.set()
+                with self._lock:
                     self._calls.pop(call_id, None)
         elif tag == "query_cancel":
             _, query_id, call_id, index = message
@@ -313,6 +379,7 @@ class PythonInstance:
                     call.final[index] = True
                     _send(call.senders[index], None, reason, True)
             call.executed.set()
+            call.answered.set()
 
 
 def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
@@ -329,7 +396,9 @@ def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
     )
 
 
-def _send(sender: ResponseSender, outputs: Any, error: str | None, final: bool) -> None:
+def _send(
+    sender: ResponseSender, outputs: Any, error: ServerError | str | None, final: bool
+) -> None:
     try:
         sender.send(outputs, error=error, final=final)
     except Exception:  # a sender's failure must not kill the reader thread

@@ -11,7 +11,7 @@ parent process changes, so it never outlives the server.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import itertools
 import json
 import logging
@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import traceback
+import weakref
 from functools import partial
 from typing import Any
 
@@ -32,9 +33,8 @@ from .stub_runtime import describe_exception, hard_exit, import_model_class, wat
 __all__ = ["Stub", "main"]
 
 log = logging.getLogger("python_model")
-_FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# (request index, outputs or None, error or None, final)
-Item = tuple[int, list[tuple[str, Any]] | None, str | None, bool]
+# (request index, outputs or None, (error message, TritonError code) or None, final)
+Item = tuple[int, list[tuple[str, Any]] | None, tuple[str, int] | None, bool]
 
 
 class Stub:
@@ -46,6 +46,7 @@ class Stub:
         self.model_class: Any = None
         self.model: Any = None
         self.label = "python model"
+        self.instance_name = "python model"  # Triton's texts name the instance: 'm_0_0'
         self.loop: asyncio.AbstractEventLoop | None = None
         self.batch_lock = threading.Lock()
         self.batches: dict[int, list[Item]] = {}
@@ -96,9 +97,10 @@ class Stub:
             self.channel.send(result)
 
     def _load(
-        self, model_path: str, label: str, config_json: str, complete: bool
+        self, model_path: str, label: str, instance_name: str, config_json: str, complete: bool
     ) -> tuple[Any, ...]:
         self.label = label
+        self.instance_name = instance_name
         logging.basicConfig(
             stream=sys.stderr,
             level=logging.INFO,
@@ -121,8 +123,12 @@ class Stub:
         return ("initialized",)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
+        """Triton's ``GetAsyncEventLoop``: one loop, run forever by a daemon thread, so that
+        tasks an ``async def execute`` starts keep running after it returns."""
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+            threading.Thread(target=self.loop.run_forever, name="stub-async", daemon=True).start()
         return self.loop
 
     def _finalize(self) -> None:
@@ -135,6 +141,8 @@ class Stub:
             log.exception("finalize raised")
 
     def _execute(self, message: tuple[Any, ...], fd: int | None) -> None:
+        """Triton's ``ProcessRequests``: run ``execute``, check what it returned, answer
+        every open request with the error if anything raised."""
         _, call_id, decoupled, wire, region = message
         groups = self.channel.unpack([item.inputs for item in wire], region, fd)
         requests = self._requests(call_id, decoupled, wire, groups)
@@ -145,32 +153,58 @@ class Stub:
         result: Any = None
         try:
             result = self.model.execute(requests)
-            if inspect.isawaitable(result):  # ``async def execute``: run it to completion
-                result = self._loop().run_until_complete(result)
+            if asyncio.iscoroutine(result):
+                future = asyncio.run_coroutine_threadsafe(result, self._loop())
+                if decoupled:  # as Triton: not awaited; its requests end through the senders
+                    future.add_done_callback(partial(self._background_done, requests))
+                    result = None
+                else:
+                    result = future.result()
+            self._deliver(requests, result, decoupled)
         except BaseException as exc:
-            traceback.print_exc()
-            text = f"Failed to process the request(s) for {self.label}, message: "
-            self._fail_open(requests, text + describe_exception(exc))
-        else:
-            if not decoupled:
-                self._deliver(requests, result)
-            elif result is not None:
-                log.warning("execute of a decoupled model should return None; result ignored")
+            text = (
+                f"Failed to process the request(s) for model '{self.instance_name}', "
+                f"message: {describe_exception(exc)}"
+            )
+            log.error("%s", text)
+            self._fail_open(requests, text)
+        rescheduled = [
+            index
+            for index, request in enumerate(requests)
+            if request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        ]
         del requests, result  # lets the input region be released with the reply
         with self.batch_lock:
             items = self.batches.pop(call_id, [])
-        self._send_responses(call_id, items, done=True)
+        self._send_responses(call_id, items, done=True, rescheduled=rescheduled)
+
+    def _background_done(self, requests: list[pb_utils.InferenceRequest], future: Any) -> None:
+        """A decoupled ``async def execute`` ended in the background. Triton only logs an
+        exception; its requests are also ended here, so that their clients hear of it."""
+        if future.cancelled() or future.exception() is None:
+            return
+        exc = future.exception()
+        text = (
+            f"Failed to process the request(s) for model '{self.instance_name}', "
+            f"message: {describe_exception(exc)}"
+        )
+        log.error("%s", text)
+        self._fail_open(requests, text)
 
     def _requests(
         self, call_id: int, decoupled: bool, wire: list[WireRequest], groups: list[Any]
     ) -> list[pb_utils.InferenceRequest]:
         requests = []
         for index, (item, tensors) in enumerate(zip(wire, groups, strict=True)):
+            emit = partial(self._emit, call_id, index)
             sender = pb_utils.InferenceResponseSender(
-                partial(self._emit, call_id, index),
-                partial(self._is_cancelled, call_id, index),
-                decoupled,
+                emit, partial(self._is_cancelled, call_id, index), decoupled
             )
+            if not decoupled:
+                # A non-decoupled request the model can no longer answer (its sender is
+                # gone, unclosed) would wait forever: it fails, as when no response came.
+                finalizer = weakref.finalize(sender, self._unanswered, sender.__dict__, emit)
+                finalizer.atexit = False
             requests.append(
                 pb_utils.InferenceRequest(
                     [pb_utils.Tensor(name, array) for name, array in tensors],
@@ -184,52 +218,84 @@ class Stub:
             )
         return requests
 
-    def _deliver(self, requests: list[pb_utils.InferenceRequest], result: Any) -> None:
-        """Non-decoupled: one returned response per request, in order."""
-        if result is None or not isinstance(result, (list, tuple)) or len(result) != len(requests):
-            if result is None and all(r.get_response_sender().closed for r in requests):
-                return  # every request was answered through its response sender
-            count = (
-                "None"
-                if result is None
-                else len(result)
-                if isinstance(result, (list, tuple))
-                else type(result).__name__
-            )
-            self._fail_open(
-                requests,
-                f"{self.label}: the number of InferenceResponse objects does not match the "
-                f"number of InferenceRequest objects: {len(requests)} requests, {count} responses",
-            )
+    def _unanswered(self, state: dict[str, Any], emit: Any) -> None:
+        if state.get("_closed"):
             return
+        error = pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(f"{self.label} sent no response")
+        )
+        with contextlib.suppress(Exception):
+            emit(error, True)
+
+    def _deliver(
+        self, requests: list[pb_utils.InferenceRequest], result: Any, decoupled: bool
+    ) -> None:
+        """Triton's ``ProcessReturnedResponses``, its checks and texts; raises on misuse."""
+        if result is None:
+            return
+        if decoupled:
+            raise pb_utils.TritonModelException(
+                f"Python model '{self.instance_name}' is using the decoupled mode and the "
+                "execute function must return None."
+            )
+        if not isinstance(result, (list, tuple)):
+            raise pb_utils.TritonModelException(
+                f"Expected a list in the execute return, found type '{type(result)}'."
+            )
+        if len(result) != len(requests):
+            raise pb_utils.TritonModelException(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{len(result)}\n"
+            )
+        reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         for request, response in zip(requests, result, strict=True):
-            sender = request.get_response_sender()
-            if sender.closed:
+            if response is None:
                 continue
-            try:
-                if not isinstance(response, pb_utils.InferenceResponse):
-                    raise pb_utils.TritonModelException(
-                        f"execute returned {type(response).__name__}, not an InferenceResponse"
-                    )
-                sender.send(response, _FINAL)
-            except Exception as exc:
-                self._fail_open([request], f"{self.label}: {describe_exception(exc)}")
+            if request.release_flags() == reschedule:
+                raise pb_utils.TritonModelException(
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(response)}'."
+                )
+            if not isinstance(response, pb_utils.InferenceResponse):
+                raise pb_utils.TritonModelException(
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    f"list, found type '{type(response)}'."
+                )
+            request.get_response_sender().update_state(True, True)
+        for request, response in zip(requests, result, strict=True):
+            if response is not None:
+                self._emit_checked(request, response)
+
+    def _emit_checked(
+        self, request: pb_utils.InferenceRequest, response: pb_utils.InferenceResponse
+    ) -> None:
+        sender = request.get_response_sender()
+        try:
+            sender._emit(response, True)
+        except Exception as exc:  # e.g. an output that is not a pb_utils.Tensor
+            text = f"{self.label}: {describe_exception(exc)}"
+            sender._emit(pb_utils.InferenceResponse(error=pb_utils.TritonError(text)), True)
 
     def _fail_open(self, requests: list[pb_utils.InferenceRequest], text: str) -> None:
+        """Every request not yet ended gets ``text``; all senders are closed after it."""
         error = pb_utils.InferenceResponse(error=pb_utils.TritonError(text))
         for request in requests:
             sender = request.get_response_sender()
             if not sender.closed:
-                sender.send(error, _FINAL)
+                sender.mark_closed()
+                with contextlib.suppress(Exception):
+                    sender._emit(error, True)
+            sender.mark_closed()
 
     def _emit(
         self, call_id: int, index: int, response: pb_utils.InferenceResponse | None, final: bool
     ) -> None:
-        error = None
+        error: tuple[str, int] | None = None
         outputs: list[tuple[str, Any]] | None = None
         if response is not None and response.has_error():
             err = response.error()
-            error = err.message() if err is not None else "unknown error"
+            error = (err.message(), err.code()) if err is not None else ("unknown error", 1)
         elif response is not None:
             outputs = []
             for tensor in response.output_tensors():
@@ -244,13 +310,15 @@ class Stub:
                 return
         self._send_responses(call_id, [item], done=False)
 
-    def _send_responses(self, call_id: int, items: list[Item], done: bool) -> None:
+    def _send_responses(
+        self, call_id: int, items: list[Item], done: bool, rescheduled: list[int] | None = None
+    ) -> None:
         try:
             packed = self.channel.pack([outputs or [] for _, outputs, _, _ in items])
         except Exception as exc:
             if not done:
                 raise  # the model's send() call reports it
-            text = f"{self.label}: could not return the outputs: {describe_exception(exc)}"
+            text = (f"{self.label}: could not return the outputs: {describe_exception(exc)}", 1)
             items = [(i, None, text if out is not None else err, f) for i, out, err, f in items]
             packed = Packed([[] for _ in items], None, None)
         wire = [
@@ -258,7 +326,9 @@ class Stub:
             for (index, outputs, error, final), refs in zip(items, packed.refs, strict=True)
         ]
         try:
-            self.channel.send(("responses", call_id, wire, packed.region, done), packed.fd)
+            self.channel.send(
+                ("responses", call_id, wire, packed.region, done, rescheduled or []), packed.fd
+            )
         finally:
             if packed.fd is not None:
                 os.close(packed.fd)

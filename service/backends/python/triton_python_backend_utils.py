@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,35 +97,62 @@ Emit = Callable[[InferenceResponse | None, bool], None]
 
 
 class InferenceResponseSender:
-    """Per-request sender. Thread-safe as far as the emit callable is (the worker's is)."""
+    """Per-request sender, with the rules and texts of Triton's ``ResponseSender``
+    (python_backend's response_sender.cc): every response goes out as it is sent, in
+    decoupled and non-decoupled models alike. Thread-safe."""
 
     def __init__(self, emit: Emit, cancelled: Callable[[], bool], decoupled: bool) -> None:
         self._emit = emit
         self._cancelled = cancelled
         self._decoupled = decoupled
+        self._lock = threading.Lock()
         self._closed = False
-        self._held: InferenceResponse | None = None  # non-decoupled: waits for the final flag
+        self._sent = 0
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if self._closed:
-            raise TritonModelException("Unable to send response. Response sender has been closed.")
-        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException("response must be a pb_utils.InferenceResponse")
-        if not self._decoupled:
-            if response is not None and self._held is not None:
-                raise TritonModelException("Non-decoupled model cannot send more than one response")
-            if not final:
-                self._held = response
-                return
-            response = response or self._held
-        if final:
-            self._closed = True
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self.update_state(response is not None, final)
         self._emit(response, final)
+
+    def update_state(self, has_response: bool, final: bool) -> None:
+        """Triton's ``UpdateStateAndCounters``: the checks every response passes, whether
+        sent here or returned from ``execute`` (which counts as a final one)."""
+        with self._lock:
+            if not self._decoupled:
+                if has_response and self._sent > 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response."
+                    )
+                if not has_response and final and self._sent == 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response."
+                    )
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if final:
+                self._closed = True
+            self._sent += 1
+
+    def mark_closed(self) -> None:
+        """The server has ended this request (an error from ``execute``): later sends raise."""
+        with self._lock:
+            self._closed = True
 
     def close(self) -> None:
         """Older Triton spelling of ``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)``."""
@@ -155,6 +183,7 @@ class InferenceRequest:
         self._flags = flags
         self._parameters = parameters
         self._sender = sender
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -186,8 +215,13 @@ class InferenceRequest:
         return self._sender is not None and self._sender.is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling is not supported by this server")
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``: once ``execute`` returns, the
+        request goes back to the model's scheduler and reaches ``execute`` again (models
+        with ``sequence_batching { iterative_sequence: true }``)."""
+        self._release_flags = flags
+
+    def release_flags(self) -> int:
+        return self._release_flags
 
     def exec(self, decoupled: bool = False) -> Any:
         raise TritonModelException(
