@@ -23,7 +23,7 @@ from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
 from ..gpus import inventory
 from ..repository.completion import ModelSignature, check_against_signature, complete
-from ..repository.ensemble_config import ConfigLookup, validate_ensemble
+from ..repository.ensemble_config import ConfigLookup, step_shapes, validate_ensemble
 from ..repository.limits import ConfigLimits, load_refusal
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
@@ -187,7 +187,9 @@ def load_ensemble(
         return _unavailable(model, exc)
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
-    model.scheduler = EnsembleScheduler(config, runner, model.stats, tensor_types)
+    model.scheduler = EnsembleScheduler(
+        config, runner, model.stats, tensor_types, shapes=step_shapes(config, lookup)
+    )
     model.state = ModelState.READY
     log.info("successfully loaded ensemble '%s' version %d", config.name, version)
     return model

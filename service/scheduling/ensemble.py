@@ -28,6 +28,7 @@ import numpy as np
 from inference import model_config_pb2 as mc
 
 from ..errors import InvalidArgument, ServerError, Unavailable, request_prefix
+from ..repository.ensemble_config import StepShapes
 from ..statistics import BatchTimings, ModelStats
 from ..types import (
     FINAL_FLAG,
@@ -67,6 +68,9 @@ class _Tensor:
     consumers: int
     iterations: dict[int, _Iteration] = field(default_factory=dict)
     next: int = 0
+    # Triton's TensorData::batch_size_: the batch size of the request that made it (0:
+    # a request without a batch dimension), which decides how a step reshapes it.
+    batch_size: int = 0
 
     def add(self, data: Array | None) -> int:
         self.iterations[self.next] = _Iteration(data, self.consumers)
@@ -102,11 +106,11 @@ class _Run:
 
     async def execute(self) -> Outputs | None:
         """Run to the end: stream to ``job.sink`` (decoupled) or return the one result."""
-        updated = [
-            (name, self.tensors[name].add(self.job.inputs.get(name)))
-            for name in self.s.input_names
-            if name in self.tensors
-        ]
+        updated = []
+        for name in self.s.input_names:
+            if name in self.tensors:
+                self.tensors[name].batch_size = self.job.batch_size
+                updated.append((name, self.tensors[name].add(self.job.inputs.get(name))))
         try:
             self._advance(updated)
             while self.running:
@@ -178,10 +182,26 @@ class _Run:
 
     def _start(self, index: int, iteration: int) -> None:
         step = self.s.steps[index]
-        inputs = [
-            (model_input, self._take(tensor, iteration), tensor)
-            for model_input, tensor in step.input_map.items()
-        ]
+        shapes = self.s.shapes[index] if self.s.shapes is not None else None
+        inputs = []
+        batch_size = 0
+        for model_input, tensor in step.input_map.items():
+            data = self._take(tensor, iteration)
+            if data is not None and shapes is not None:
+                shape = reshape_dims(
+                    shapes.inputs.get(model_input, ()),
+                    shapes.batching,
+                    self.tensors[tensor].batch_size,
+                    data.shape,
+                )
+                if shape != data.shape:
+                    data = data.reshape(shape)
+                if shapes.batching and not batch_size and data.ndim:
+                    batch_size = int(data.shape[0])  # the step request's batch size
+            inputs.append((model_input, data, tensor))
+        for tensor in step.output_map.values():
+            if tensor in self.tensors:
+                self.tensors[tensor].batch_size = batch_size
         request = self.s.step_request(step, inputs, self.job)
         self.running += 1
         task = asyncio.create_task(self._pump(index, request))
@@ -216,9 +236,45 @@ class _Run:
         outputs = {}
         for name in self.job.outputs:
             data = self._take(name, chosen)
+            if data is not None and self.s.shapes is not None:
+                shape = reshape_dims(
+                    self.s.output_dims.get(name, data.shape),
+                    self.job.batch_size != 0,
+                    self.tensors[name].batch_size,
+                    data.shape,
+                )
+                data = data if shape == data.shape else data.reshape(shape)
             if data is not None:
                 outputs[name] = data
         return outputs
+
+
+def _matches(config_dims: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    """Triton's CompareDimsWithWildcard."""
+    return len(config_dims) == len(dims) and all(
+        a == -1 or b == -1 or a == b for a, b in zip(config_dims, dims, strict=True)
+    )
+
+
+def reshape_dims(
+    config_dims: tuple[int, ...],
+    config_batching: bool,
+    tensor_batch_size: int,
+    dims: tuple[int, ...],
+) -> tuple[int, ...]:
+    """Triton's EnsembleContext::ReshapeTensorDims: a tensor made without a batch
+    dimension, going to a batching model, whose shape matches the config's dims gets a
+    batch of one in front; a tensor made with a batch of one, going where nobody batches,
+    whose shape does not match the config's dims loses its batch dimension. Anything
+    else keeps its shape (the composing model's own checks then judge it)."""
+    dims = tuple(int(d) for d in dims)
+    if config_batching == (tensor_batch_size != 0):
+        return dims
+    if config_batching:
+        return (1, *dims) if _matches(config_dims, dims) else dims
+    if not _matches(config_dims, dims) and tensor_batch_size == 1:
+        return dims[1:]
+    return dims
 
 
 class EnsembleScheduler:
@@ -229,8 +285,16 @@ class EnsembleScheduler:
         stats: ModelStats,
         datatypes: dict[str, str],
         clock: Callable[[], int] = time.monotonic_ns,
+        shapes: list[StepShapes] | None = None,
     ) -> None:
+        """``shapes``: each step's model batching and input dims, which reshape the tensors
+        between a batching and a non-batching side as Triton does (None: as they come)."""
         self._config = config
+        self.shapes = shapes
+        self.output_dims = {
+            t.name: tuple(t.reshape.shape) if t.HasField("reshape") else tuple(t.dims)
+            for t in config.output
+        }
         self.runner = runner
         self._stats = stats
         self._datatypes = datatypes  # every ensemble tensor's datatype (validated at load)

@@ -188,12 +188,14 @@ INVALID: dict[str, tuple[list[Step], tuple[str, list[int]], str]] = {
     "bad_datatype": (
         [("scale", {"INPUT0": "RAW"}, {"OUTPUT0": "OUT"})],
         ("INT32", [WIDTH]),
-        "ensemble tensor 'RAW' is INT32 in the ensemble's inputs but FP32 in step 0 ('scale')",
+        "in ensemble bad_datatype, ensemble tensor RAW: inconsistent data type: TYPE_INT32 is "
+        "inferred from model bad_datatype while TYPE_FP32 is inferred from model scale",
     ),
     "bad_shape": (
         [("scale", {"INPUT0": "RAW"}, {"OUTPUT0": "OUT"})],
         ("FP32", [3]),
-        "ensemble tensor 'RAW' has dims [3] in the ensemble's inputs but [4] in step 0 ('scale')",
+        "in ensemble bad_shape, ensemble tensor RAW: inconsistent shape: [-1,3] is inferred "
+        "from model bad_shape while [-1,4] is inferred from model scale",
     ),
 }
 
@@ -243,6 +245,18 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         max_batch_size=2,
     )
+    # max_batch_size 0 over batching models (Triton's ReshapeTensorDims): a tensor without
+    # a batch dimension gets a batch of one on its way in and loses it on its way out; one
+    # whose full shape is declared ([-1, 4]) passes as it is.
+    for name, dims in (("nobatch_pipeline", [WIDTH]), ("fullshape_pipeline", [-1, WIDTH])):
+        _write_ensemble(
+            root,
+            name,
+            [("RAW", "FP32", dims)],
+            [("SQUARED", "FP32", dims)],
+            PIPELINE_STEPS[:2],
+            max_batch_size=0,
+        )
     for name, (steps, (datatype, dims), _) in INVALID.items():
         _write_ensemble(root, name, [("RAW", datatype, dims)], [("OUT", "FP32", [WIDTH])], steps)
     return root
@@ -316,6 +330,28 @@ def _expect_error(call: Any, status: str, message: str) -> None:
 
 
 # --------------------------------------------------------------------------- the pipeline
+
+
+def test_ensemble_without_batching_over_batching_models(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    raw = np.arange(WIDTH, dtype=np.float32)
+    inputs = [grpcclient.InferInput("RAW", [WIDTH], "FP32")]
+    inputs[0].set_data_from_numpy(raw)
+    result = client.infer("nobatch_pipeline", inputs, client_timeout=TIMEOUT)
+    squared = result.as_numpy("SQUARED")
+    assert squared is not None and squared.shape == (WIDTH,)
+    np.testing.assert_allclose(squared, (raw * 3) ** 2)
+
+    rows = np.arange(3 * WIDTH, dtype=np.float32).reshape(3, WIDTH)
+    inputs = [grpcclient.InferInput("RAW", [3, WIDTH], "FP32")]
+    inputs[0].set_data_from_numpy(rows)
+    result = client.infer("fullshape_pipeline", inputs, client_timeout=TIMEOUT)
+    squared = result.as_numpy("SQUARED")
+    assert squared is not None and squared.shape == (3, WIDTH)
+    np.testing.assert_allclose(squared, (rows * 3) ** 2)
+    stats = client.get_inference_statistics("scale", as_json=True)["model_stats"][0]
+    assert int(stats["inference_count"]) >= 4  # one row, then three: the model batched them
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])

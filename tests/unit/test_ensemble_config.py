@@ -273,7 +273,13 @@ def test_max_batch_size_above_a_composing_models() -> None:
         outputs=[("OUT", "FP32", [4])],
         max_batch_size=4,
     )
-    _fails(config, "step 0 ('small'): the ensemble's max_batch_size 4 exceeds the model's 2")
+    _fails(
+        config,
+        (
+            "ensemble ens allows maximum batch size 4, but it contains model small"
+            " which only allows maximum batch size to be 2"
+        ),
+    )
 
 
 def test_mapping_an_input_the_model_does_not_have() -> None:
@@ -373,7 +379,11 @@ def test_datatype_mismatch_between_ensemble_input_and_step() -> None:
     )
     _fails(
         config,
-        "ensemble tensor 'RAW' is INT32 in the ensemble's inputs but FP32 in step 0 ('scale')",
+        (
+            "in ensemble ens, ensemble tensor RAW: inconsistent data type: "
+            "TYPE_INT32 is inferred from model ens"
+            " while TYPE_FP32 is inferred from model scale"
+        ),
     )
 
 
@@ -386,7 +396,12 @@ def test_datatype_mismatch_between_two_steps() -> None:
         outputs=[("OUT", "FP32", [4])],
     )
     _fails(
-        config, "ensemble tensor 'MID' is INT32 in step 0 ('to_int') but FP32 in step 1 ('square')"
+        config,
+        (
+            "in ensemble ens, ensemble tensor MID: inconsistent data type: "
+            "TYPE_INT32 is inferred from model to_int"
+            " while TYPE_FP32 is inferred from model square"
+        ),
     )
 
 
@@ -397,7 +412,11 @@ def test_datatype_mismatch_at_the_ensemble_output() -> None:
     )
     _fails(
         config,
-        "ensemble tensor 'OUT' is FP32 in step 0 ('scale') but FP16 in the ensemble's outputs",
+        (
+            "in ensemble ens, ensemble tensor OUT: inconsistent data type: "
+            "TYPE_FP16 is inferred from model ens"
+            " while TYPE_FP32 is inferred from model scale"
+        ),
     )
 
 
@@ -409,7 +428,11 @@ def test_shape_mismatch_between_ensemble_input_and_step() -> None:
     )
     _fails(
         config,
-        "ensemble tensor 'RAW' has dims [3] in the ensemble's inputs but [4] in step 0 ('scale')",
+        (
+            "in ensemble ens, ensemble tensor RAW: inconsistent shape: "
+            "[-1,3] is inferred from model ens"
+            " while [-1,4] is inferred from model scale"
+        ),
     )
 
 
@@ -423,7 +446,11 @@ def test_rank_mismatch_between_two_steps() -> None:
     )
     _fails(
         config,
-        "ensemble tensor 'MID' has dims [4] in step 0 ('scale') but [2, 2] in step 1 ('grid')",
+        (
+            "in ensemble ens, ensemble tensor MID: inconsistent shape: "
+            "[-1,4] is inferred from model scale"
+            " while [-1,2,2] is inferred from model grid"
+        ),
     )
 
 
@@ -434,7 +461,11 @@ def test_shape_mismatch_at_the_ensemble_output() -> None:
     )
     _fails(
         config,
-        "ensemble tensor 'OUT' has dims [4] in step 0 ('scale') but [5] in the ensemble's outputs",
+        (
+            "in ensemble ens, ensemble tensor OUT: inconsistent shape: "
+            "[-1,5] is inferred from model ens"
+            " while [-1,4] is inferred from model scale"
+        ),
     )
 
 
