@@ -22,6 +22,7 @@ from .drain_listener import close_listeners
 from .local_rpc import LocalRpcServer, bind_local_socket, unlink_quietly
 from .reflection import enable_reflection
 from .registration import add_service
+from .response_delay import DELAY_ENV, delay_responses, delay_seconds
 from .servicer import InferenceServicer
 from .v1_servicer import V1_SERVER_ID, V1Servicer
 
@@ -134,6 +135,11 @@ class GrpcFrontend:
             guarded = restrict(self._servicer, self._health, config.restricted, self._v1)
             if not quiet:
                 log.info("restricted protocols: %s", ", ".join(sorted(set(guarded))))
+        delay = delay_seconds()
+        if delay:  # Triton's test hook: every non-inference answer written `delay` s late
+            delay_responses(self._servicer, self._health, delay)
+            if not quiet:
+                log.info("%s=%d: non-inference gRPC responses are delayed", DELAY_ENV, delay)
         # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
         unary = add_service(self._server, SERVICE, self._servicer, checks_own=True)
         unary |= add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
