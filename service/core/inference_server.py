@@ -11,7 +11,13 @@ from inference import model_config_pb2 as mc
 
 from .. import SERVER_ID, __version__
 from ..cache import ResponseCache, cache_key
-from ..errors import ServerError, Unavailable, Unimplemented, failure_reason
+from ..errors import (
+    ServerError,
+    Unavailable,
+    Unimplemented,
+    failure_reason,
+    request_prefix,
+)
 from ..scheduling.base import ExecutionResult, Job, SequenceHolder
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
@@ -240,17 +246,25 @@ class InferenceServer:
     def _admit_while_stopping(self, request: InferRequest) -> None:
         """Shutdown: only a request that continues a sequence in progress still gets in
         (Triton refuses new sequences and everything else, and lets those finish)."""
+        model = self._models.find(request.model_name, request.model_version)
+        if model is None:
+            return  # refused as a request for an unknown model, as Triton refuses it
         cid = request.parameters.get("sequence_id")
         if (
             isinstance(cid, int | str)
             and not isinstance(cid, bool)
             and request.parameters.get("sequence_start") is not True
         ):
-            model = self._models.find(request.model_name, request.model_version)
-            scheduler = model.scheduler if model is not None else None
+            scheduler = model.scheduler
             if isinstance(scheduler, SequenceHolder) and scheduler.continues_sequence(cid):
                 return
-        raise Unavailable(STOPPING).with_request_id(request.id)
+        # Triton's text (the scheduler's Enqueue: ``LogRequest()`` + STOPPING); an
+        # ensemble's own scheduler never stops, so there its first step is refused, and the
+        # ensemble names itself as for any failed step.
+        refusal = request_prefix(request.id) + STOPPING
+        if model.config.platform == "ensemble":
+            refusal = f"in ensemble '{model.name}', {refusal}"
+        raise Unavailable(refusal)
 
     @property
     def step_runner(self) -> StepRunner:
