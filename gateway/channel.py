@@ -39,6 +39,9 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_time_ms", 30_000),
     # No retry policy is configured, so the retry filter would only copy every call.
     ("grpc.enable_retries", 0),
+    # Names the gateway's calls to the service (Triton's gRPC-only test hooks, such as
+    # the response delay, leave HTTP alone: service/grpc_frontend/response_delay.py).
+    ("grpc.primary_user_agent", "triton-rest-gateway"),
 ]
 
 #: How long one waiting call lasts before the next one (the service still away).

@@ -12,8 +12,8 @@ gRPC client time out ("Deadline Exceeded") with a short client timeout.
 
 Here each frontend process (the one process with ``--frontends 0``) installs the delay
 on its servicers at start when the variable is set: one lock per process stands for
-Triton's one thread. Calls on the local socket (the REST gateway on this host) are not
-delayed: Triton's HTTP endpoint is not either.
+Triton's one thread. The REST gateway's calls (on the local socket, or over gRPC with its
+user agent) are not delayed: Triton's HTTP endpoint is not either.
 """
 
 from __future__ import annotations
@@ -58,10 +58,7 @@ Method = Callable[[Any, Any], Any]
 def _delayed(rpc: str, method: Method, seconds: int, lock: asyncio.Lock) -> Method:
     off_thread = rpc in _OFF_THREAD
 
-    @functools.wraps(method)
-    async def delayed(request: Any, context: Any) -> Any:
-        if isinstance(context, LocalContext):  # the REST gateway's call: HTTP is not delayed
-            return await method(request, context)
+    async def held(request: Any, context: Any) -> Any:
         if off_thread:
             answer = await method(request, context)
             async with lock:
@@ -72,7 +69,36 @@ def _delayed(rpc: str, method: Method, seconds: int, lock: asyncio.Lock) -> Meth
             await _sleep(rpc, seconds)
         return answer
 
+    @functools.wraps(method)
+    async def delayed(request: Any, context: Any) -> Any:
+        if _from_gateway(context):  # the REST gateway's call: HTTP is not delayed
+            return await method(request, context)
+        # Triton's thread sleeps whether or not the caller is still there: a call whose
+        # deadline passed still holds the next ones back (shielded from its cancellation).
+        task = asyncio.ensure_future(held(request, context))
+        task.add_done_callback(_consume)
+        return await asyncio.shield(task)
+
     return delayed
+
+
+#: The user agent the REST gateway's channel announces (gateway/channel.py).
+GATEWAY_AGENT = "triton-rest-gateway"
+
+
+def _from_gateway(context: Any) -> bool:
+    """A call of the REST gateway: on the local socket, or over gRPC with its agent."""
+    if isinstance(context, LocalContext):
+        return True
+    for key, value in context.invocation_metadata() or ():
+        if key == "user-agent":
+            return str(value).startswith(GATEWAY_AGENT)
+    return False
+
+
+def _consume(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a call that was cancelled meanwhile logs nothing
 
 
 async def _sleep(rpc: str, seconds: int) -> None:
