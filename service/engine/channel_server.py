@@ -90,7 +90,13 @@ class EngineServer:
 
     def _closed(self, connection: FrontendConnection) -> None:
         self.connections.discard(connection)
-        log.debug("frontend %s disconnected", connection.name, extra={"verbose": 1})
+        # Its requests still in the table (cancelled now): none after a graceful stop.
+        log.debug(
+            "frontend %s disconnected, %d requests in flight",
+            connection.name,
+            connection.inflight,
+            extra={"verbose": 1},
+        )
 
     def broadcast(self, kind: str, value: Any = None, *, replay: bool = False) -> None:
         """Send an event to every frontend; ``replay``: also to those that connect later."""
