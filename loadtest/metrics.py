@@ -1,6 +1,7 @@
-"""CPU of a process, of its whole tree and of its threads, and the machine's busy time, all
-from /proc, so that a server's cost reads the same whatever drives it; a split server
-spends most of its CPU in children, so the tree is the figure that counts."""
+"""CPU of a process, of its whole tree and of its threads, the machine's busy time, and the
+resident memory of each process of a tree, all from /proc, so that a server's cost reads
+the same whatever drives it; a split server spends most of its CPU in children, so the
+tree is the figure that counts."""
 
 from __future__ import annotations
 
@@ -92,3 +93,32 @@ def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
 def loop_thread_seconds(pid: int) -> float:
     """CPU seconds of the first thread of ``pid``: in our servers, the event loop's."""
     return sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of one process (VmRSS) in MB; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def process_tree(root_pid: int) -> dict[int, int]:
+    """``root_pid`` and its live descendants, each with its parent's pid."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")) is not None:
+            parents[int(entry)] = int(fields[1])
+    tree = {root_pid: parents.get(root_pid, 0)}
+    frontier = [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree[pid] = ppid
+                frontier.append(pid)
+    return tree
