@@ -2,14 +2,16 @@
 
 Each request is one task running the core's own ``infer`` / ``stream_infer``, so
 batching, sequences, statistics and model control behave exactly as in one process.
-Every request id ends with exactly one terminal message, also when it was cancelled:
-that is when the frontend may reuse the request's slab blocks. When the frontend goes
-away its requests are cancelled and its slabs dropped.
+Every request id ends with exactly one terminal message, also when it was cancelled
+(even before its task ran: ``_cancelled``): that is when the frontend may reuse the
+request's slab blocks. When the frontend goes away its requests are cancelled and its
+slabs dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import pickle
 from collections.abc import Callable
@@ -107,11 +109,22 @@ class FrontendConnection:
                 task = self._tasks.get(message[1])
                 if task is not None:
                     task.cancel()
+                    task.add_done_callback(functools.partial(self._cancelled, message[1]))
             elif op == CALL:
                 rid = message[1]
                 self._tasks[rid] = loop.create_task(self._call(rid, message[2], message[3]))
             else:
                 log.error("frontend %s sent an unknown message %r", self.name, op)
+
+    def _cancelled(self, rid: int, task: asyncio.Task[None]) -> None:
+        """A cancelled request's task is done. One cancelled before its first step never
+        ran its body, so it neither answered nor left the table: that is a CANCEL read
+        together with its request (frames queue in the socket while the engine is busy,
+        and a caller's deadline can pass as its request is sent). Before, its entry stayed
+        here, and the frontend's entry and slab blocks for it, as long as both ran."""
+        if self._tasks.get(rid) is task:
+            del self._tasks[rid]
+            self.channel.send((ERROR, rid, None))
 
     async def _infer(self, rid: int, request: InferRequest, carrier: Any) -> None:
         send = self.channel.send

@@ -153,6 +153,33 @@ async def test_no_slab_leak_after_10000_failed_and_many_cancelled_requests(rig: 
     assert response.outputs[0].wire == data.tobytes()
 
 
+async def test_a_request_whose_cancel_is_read_with_it_still_ends(rig: Rig) -> None:
+    """The caller leaves the moment its request is sent, so the engine reads the request
+    and its CANCEL in one go (in a server: frames queue in the socket while the engine is
+    busy), and cancels the request's task before it ever ran. It still answers (ERROR)
+    and leaves both tables; before, all 20 stayed in each, with their slab blocks."""
+    client = rig.client
+    for _ in range(100):  # the engine takes the channel a moment after the handshake
+        if rig.engine.connections:
+            break
+        await asyncio.sleep(0.01)
+    (connection,) = rig.engine.connections
+    data = np.ones((1, WIDTH), np.float32)
+    for _ in range(20):
+        task = asyncio.ensure_future(client.infer(_request("held", data)))
+        await asyncio.sleep(0)  # sent...
+        task.cancel()  # ...and its caller gone at once
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for _ in range(100):
+        if client.inflight == 0 and connection.inflight == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert (client.inflight, connection.inflight, client.slab_bytes_in_use) == (0, 0, 0)
+    (stats,) = await client.model_statistics("held")
+    assert stats.stats.cancelled == 0  # none reached the scheduler: the case under test
+
+
 async def test_frontend_gone_cancels_its_requests_in_the_engine(rig: Rig) -> None:
     data = np.ones((1, 4), np.float32)
     held = [asyncio.ensure_future(rig.client.infer(_request("held", data))) for _ in range(5)]
