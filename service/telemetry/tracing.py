@@ -73,8 +73,11 @@ class Tracing:
         self.active = False
         # Triton's own mode: a trace file, no OpenTelemetry (docs/decisions/032-trace-modes.md)
         self.trace_log: TraceLog | None = None
+        # a model's own log_frequency (TraceSetting; Triton's mode): the trace log's copy
+        self._model_frequency: dict[str, int] = {}
         if settings.mode == "triton" and settings.file:
             self.trace_log = TraceLog(settings.file, settings.log_frequency)
+            self._model_frequency = self.trace_log.model_frequency
         self._refresh()
 
     # --- settings (TraceSetting) ---------------------------------------------------------
@@ -90,7 +93,7 @@ class Tracing:
         }
         if self._startup.mode == "triton":
             settings["trace_file"] = [self._startup.file]
-            settings["log_frequency"] = [str(self.log_frequency)]
+            settings["log_frequency"] = [str(self._model_frequency.get(model, self.log_frequency))]
         else:
             settings["url"] = [self._startup.url]
             settings["exporter"] = [self._startup.exporter]
@@ -107,14 +110,10 @@ class Tracing:
             raise Unimplemented("trace file location can not be updated through network protocol")
         parsed: dict[str, int | str | None] = {}
         frequency = changes.get("log_frequency")
+        value: int | None = None
         if frequency is not None and self._startup.mode == "triton":
-            value = (
-                _one_int("log_frequency", frequency, 0)
-                if frequency
-                else (self._startup.log_frequency)
-            )
-            if self.trace_log is not None:
-                self.trace_log.log_frequency = value
+            # a model's: its own until cleared; global: cleared, the start-up value
+            value = _one_int("log_frequency", frequency, 0) if frequency else None
         for name, values in changes.items():
             if name not in ("trace_level", "trace_rate", "trace_count"):
                 continue  # Triton ignores settings it does not know
@@ -125,9 +124,21 @@ class Tracing:
                 parsed[field] = _level(values)
             else:
                 parsed[field] = _one_int(name, values, 1 if field == "rate" else -1)
+        if frequency is not None and self._startup.mode == "triton":
+            if model and value is None:
+                self._model_frequency.pop(model, None)
+            elif model:
+                self._model_frequency[model] = value  # type: ignore[assignment]
+            elif self.trace_log is not None:
+                self.trace_log.log_frequency = (
+                    self._startup.log_frequency if value is None else value
+                )
         if model:
-            scope = self._sampling.models.get(model, Scope())
-            self._sampling.models[model] = replace(scope, **parsed)  # type: ignore[arg-type]
+            scope = replace(self._sampling.models.get(model, Scope()), **parsed)  # type: ignore[arg-type]
+            if scope == Scope() and model not in self._model_frequency:
+                self._sampling.models.pop(model, None)  # nothing of its own: the global one
+            else:
+                self._sampling.models[model] = scope
             self._sampling.counters.pop(model, None)
         else:
             restored = {f: getattr(self._startup, f) if v is None else v for f, v in parsed.items()}
@@ -149,14 +160,17 @@ class Tracing:
         """Triton's mode: a trace for this request if it is sampled."""
         if self.trace_log is None or not self.sample(request.model_name, parent_sampled):
             return None
-        level = self._sampling.effective(request.model_name)[0]
+        model = request.model_name
+        level = self._sampling.effective(model)[0]
         names = level_names(level)
+        own = model in self._sampling.models or model in self._model_frequency
         return TritonTrace(
             self.trace_log,
             request,
             tensors="TENSORS" in names,
             timestamps="TIMESTAMPS" in names,
             done=self._count_done,
+            scope=model if own else "",
         )
 
     def _count_done(self) -> bool:

@@ -12,7 +12,9 @@ timestamps come from the timings the core returns (as the OpenTelemetry spans' d
 The file: with ``log-frequency`` 0, every trace goes to ``<file>`` as one JSON array,
 closed at exit; with N, each N traces go to ``<file>.<k>`` (k = 0, 1, ...), and what is
 left at exit to the next index; once ``count`` traces were all taken and written, they go
-to the next index at once. Each trace is written whole when its request ends.
+to the next index at once. Each trace is written whole when its request ends. A model
+with settings of its own (TraceSetting) collects its traces apart, by its own
+``log_frequency``, into the same file's indexes.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ class TraceLog:
         self.path = path
         self.log_frequency = log_frequency
         self._lock = threading.Lock()
-        self._pending: list[str] = []  # traces not yet in a file
+        # traces not yet in a file, per setting: "" global, or a model with settings of
+        # its own (Triton's TraceSetting each buffers its own); their log-frequency
+        self._pending: dict[str, list[str]] = {}
+        self.model_frequency: dict[str, int] = {}
         self._index = 0  # next <file>.<index>
         self._opened = False  # <file> holds "[" and traces
         self.collected = 0
@@ -54,32 +59,39 @@ class TraceLog:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def write(self, trace: str, count_done: bool) -> None:
-        """A finished trace; ``count_done``: ``count`` reached 0 and every sampled trace
-        has been written (Triton's ``count_ == 0 && collected_ == sample_``)."""
+    def frequency(self, scope: str = "") -> int:
+        """The log-frequency of a setting: a model's own, else the global one."""
+        return self.model_frequency.get(scope, self.log_frequency) if scope else self.log_frequency
+
+    def write(self, trace: str, count_done: bool, scope: str = "") -> None:
+        """A finished trace of a setting (``scope``: "" or a model with its own settings);
+        ``count_done``: ``count`` reached 0 and every sampled trace has been written
+        (Triton's ``count_ == 0 && collected_ == sample_``)."""
         with self._lock:
-            self._pending.append(trace)
+            pending = self._pending.setdefault(scope, [])
+            pending.append(trace)
             self.collected += 1
-            full = self.log_frequency and len(self._pending) >= self.log_frequency
-            if count_done or full:
-                self._save_indexed()
+            frequency = self.frequency(scope)
+            if count_done or (frequency and len(pending) >= frequency):
+                self._save_indexed(scope)
 
     def close(self) -> None:
-        """At exit: the rest to the next index (log-frequency) or to ``<file>``, closed."""
+        """At exit: the rest of each setting to the next index (log-frequency) or to
+        ``<file>``, closed."""
         with self._lock:
-            if self._pending and self.log_frequency:
-                self._save_indexed()
-            elif self._pending:
-                self._append(",".join(self._pending))
-                self._pending = []
+            for scope, pending in list(self._pending.items()):
+                if pending and self.frequency(scope):
+                    self._save_indexed(scope)
+                elif pending:
+                    self._append(",".join(pending))
+            self._pending = {}
             if self._opened:
                 self._write(self.path, "]", "a")
 
-    def _save_indexed(self) -> None:
+    def _save_indexed(self, scope: str) -> None:
         name = f"{self.path}.{self._index}"
         self._index += 1
-        self._write(name, "[" + ",".join(self._pending) + "]", "w")
-        self._pending = []
+        self._write(name, "[" + ",".join(self._pending.pop(scope, [])) + "]", "w")
 
     def _append(self, text: str) -> None:
         if self._opened:
@@ -165,10 +177,17 @@ class TritonTrace:
     """One sampled request in Triton's trace mode: a ``TraceScope`` for the servicer."""
 
     def __init__(
-        self, owner: TraceLog, request: Any, tensors: bool, timestamps: bool, done: Any
+        self,
+        owner: TraceLog,
+        request: Any,
+        tensors: bool,
+        timestamps: bool,
+        done: Any,
+        scope: str = "",
     ) -> None:
         self._log = owner
         self._done = done  # () -> bool: Triton's "count reached and all collected"
+        self._scope = scope  # the setting it was sampled under: "" or the model's own
         self.id = owner.next_id()
         self._tensors = tensors
         self._timestamps = timestamps
@@ -187,7 +206,7 @@ class TritonTrace:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._log.write(self._render(time.monotonic_ns()), self._done())
+        self._log.write(self._render(time.monotonic_ns()), self._done(), self._scope)
 
     def executed(self, result: ExecutionResult | None) -> None:
         self.record.result = result

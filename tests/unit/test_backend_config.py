@@ -1,6 +1,6 @@
 """--backend-config: Triton's grammar, the merge of global and per-backend settings, the
 python backend's keys (checks and texts as its TRITONBACKEND_Initialize) and their effect
-on the shared-memory regions; Triton's trace file writer."""
+on the shared-memory regions; Triton's trace file writer and its per-model log_frequency."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from service.backends import backend_config
 from service.backends.backend_config import BackendConfig, from_flags, parse_backend_config
 from service.backends.python.settings import Settings
 from service.backends.python.shm import RegionPool
+from service.telemetry.settings import TraceSettings
+from service.telemetry.tracing import Tracing
 from service.telemetry.triton_trace import TraceLog, tensor_data
 
 
@@ -120,6 +122,30 @@ def test_trace_log_files(tmp_path: Path) -> None:
     indexed.close()
     assert json.loads((tmp_path / "f.json.0").read_text()) == [{"id": 0}, {"id": 1}]
     assert json.loads((tmp_path / "f.json.1").read_text()) == [{"id": 2}]
+
+
+def test_model_log_frequency_is_its_own(tmp_path: Path) -> None:
+    """L0_trace: TraceSetting's log_frequency per model, cleared back to the global one
+    (trace_endpoint_test.py's clear tests); the model's traces go by it to the file's
+    indexes (test.sh: log_frequency 2 on ``simple``, 3 traces -> .0 with 2, .1 with 1)."""
+    path = tmp_path / "t.json"
+    tracing = Tracing(TraceSettings(level="TIMESTAMPS", rate=1, mode="triton", file=str(path)))
+    model = tracing.update({"trace_rate": ["12"], "log_frequency": ["34"]}, "simple")
+    assert (model["trace_rate"], model["log_frequency"]) == (["12"], ["34"])
+    assert tracing.update({"trace_rate": [], "trace_count": []})["log_frequency"] == ["0"]
+    cleared = tracing.update({"trace_rate": [], "trace_level": []}, "simple")
+    assert (cleared["trace_rate"], cleared["log_frequency"]) == (["1"], ["34"])
+    assert tracing.update({"log_frequency": []}, "simple")["log_frequency"] == ["0"]
+    assert tracing.snapshot("simple") == tracing.snapshot()  # nothing of its own left
+    tracing.update({"log_frequency": ["2"]}, "simple")
+    assert tracing.trace_log is not None
+    for i in range(3):
+        tracing.trace_log.write(f'{{"id":{i}}}', False, "simple")
+    tracing.trace_log.write('{"id":9}', False)  # the global setting: log_frequency 0
+    tracing.shutdown()
+    assert json.loads((tmp_path / "t.json.0").read_text()) == [{"id": 0}, {"id": 1}]
+    assert json.loads((tmp_path / "t.json.1").read_text()) == [{"id": 2}]
+    assert json.loads(path.read_text()) == [{"id": 9}]
 
 
 def test_tensor_data_as_cpp_streams() -> None:
