@@ -242,8 +242,9 @@ class Sampler:
             return False
         scope = model if model in self.models else ""
         if not parent_sampled:
-            seen = self.counters.get(scope, 0)
-            self.counters[scope] = seen + 1
+            # the rate-th request, the 2*rate-th, ... (Triton: ``++sample_ % rate_ == 0``)
+            seen = self.counters.get(scope, 0) + 1
+            self.counters[scope] = seen
             if seen % rate:
                 return False
         if count > 0:

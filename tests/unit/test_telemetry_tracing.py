@@ -216,8 +216,18 @@ async def test_rate_and_count(rig: Rig) -> None:
     await rig.settings(trace_level=["TIMESTAMPS"], trace_rate=["3"], trace_count=["2"])
     for _ in range(9):
         await rig.infer()
-    assert len([s for s in rig.spans() if s.name == "ModelInfer"]) == 2  # requests 1 and 4
+    assert len([s for s in rig.spans() if s.name == "ModelInfer"]) == 2  # requests 3 and 6
     assert (await rig.settings())["trace_count"] == ["0"]
+
+
+@pytest.mark.parametrize(("rate", "sampled"), [(1, 20), (6, 3), (9, 2)])
+def test_rate_takes_every_rate_th_request(rate: int, sampled: int) -> None:
+    """Triton samples the rate-th request, the 2*rate-th, ... (``++sample_ % rate_``), not
+    the first: L0_cmdline_trace's 20 requests at rate 6 make 3 traces, at 9, 2."""
+    tracing = Tracing(TraceSettings(level="TIMESTAMPS", rate=rate))
+    taken = [n for n in range(1, 21) if tracing.sample("simple", False)]
+    assert len(taken) == sampled
+    assert taken == list(range(rate, 21, rate))
 
 
 async def test_per_model_settings_and_clear(rig: Rig) -> None:
