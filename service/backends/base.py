@@ -86,6 +86,12 @@ class BackendRequest:
     correlation_id: int | str | None = None
     sequence_start: bool = False
     sequence_end: bool = False
+    # The scheduler may run this request again (``sequence_batching { iterative_sequence:
+    # true }``, a request that started its sequence), as Triton's iterative sequencer does.
+    reschedulable: bool = False
+    # Set by the backend: the model released a reschedulable request with
+    # TRITONSERVER_REQUEST_RELEASE_RESCHEDULE; it got no final response and runs again.
+    rescheduled: bool = False
 
 
 class ResponseSender(Protocol):

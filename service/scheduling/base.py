@@ -31,6 +31,10 @@ class Job:
     sequence_end: bool = False
     parameters: dict[str, Any] = field(default_factory=dict)  # for request backends
     sink: StreamSender | None = field(default=None, repr=False)  # decoupled models only
+    # Iterative sequences: the model may release it with RESCHEDULE (it started its
+    # sequence), and did so in the execution that just ran (it runs again).
+    reschedulable: bool = False
+    rescheduled: bool = False
     # Set by schedulers:
     enqueue_ns: int = 0
     deadline_ns: int | None = None

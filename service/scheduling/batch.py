@@ -96,6 +96,7 @@ def _execute_requests(
             correlation_id=job.correlation_id,
             sequence_start=job.sequence_start,
             sequence_end=job.sequence_end,
+            reschedulable=job.reschedulable,
         )
         for job in jobs
     ]
@@ -108,8 +109,9 @@ def _execute_requests(
     instance.execute_requests(requests, senders)
     infer_end = clock()
     per_job: list[JobOutputs] = []
-    for job, collector in zip(jobs, collectors, strict=True):
-        if collector is None:
+    for job, request, collector in zip(jobs, requests, collectors, strict=True):
+        job.rescheduled = request.rescheduled
+        if collector is None or job.rescheduled:  # a rescheduled one answers in a later run
             per_job.append({})
             continue
         result = collector.result()

@@ -1,8 +1,7 @@
 """Python-backend semantics (issue 27, items 4 and 6): Triton's own qa tests of the response
 sender, decoupled errors, error codes and cancellation, and the gRPC stream error mode, each
-on the repository its test.sh builds (qa/L0_backend_python/*/test.sh). Request rescheduling
-(item 7, request_rescheduling/grpc_endpoint_test.py) passes on the reference but waits for
-``iterative_sequence`` here.
+on the repository its test.sh builds (qa/L0_backend_python/*/test.sh). Async execute and
+request rescheduling (items 5 and 7) are in ``python_backend_async.py``.
 
 Every suite here passed on the reference Triton 2.51 (python backend r24.10) before it was
 added. Where a test reads the server log under test.sh's file name (``lifecycle_server.log``,

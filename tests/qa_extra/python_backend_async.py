@@ -58,6 +58,18 @@ SUITES = [
         args=["--log-verbose=1"],
         default=False,
         note="decoupled async execute runs concurrently on one instance; the *_bls tests "
-        "(BLS) not selected; test_model_raise_exception reads the server log (SERVER_LOG)",
+        "(BLS) not selected; test_model_raise_exception reads the server log (SERVER_LOG) and "
+        "fails when a kept --workdir is reused (the log then holds the last run's error)",
+    ),
+    Suite(
+        "python_request_rescheduling",
+        "L0_backend_python/request_rescheduling",
+        "grpc_endpoint_test.py",
+        ["GrpcEndpointTest"],
+        repo_request_rescheduling,
+        args=["--model-control-mode=explicit", "--load-model=*", "--log-verbose=1"],
+        default=False,
+        note="iterative_sequence: decoupled, 3 responses over 3 iterations; addsub: its "
+        "first request rescheduled once; test_infer_shm_leak.py (BLS model) not selected",
     ),
 ]

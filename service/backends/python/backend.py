@@ -296,7 +296,11 @@ class PythonInstance:
             log.error("%s", self._end_reason)
             worker.kill()
         for index in call.rescheduled:
-            _send(senders[index], None, InvalidArgument(_NO_RESCHEDULE), True)
+            if requests[index].reschedulable:  # the scheduler runs it again
+                requests[index].rescheduled = True
+            else:  # Triton's outer-most release callback; Triton then never answers
+                log.error("Failed to release request: %s", _NO_RESCHEDULE)
+                _send(senders[index], None, InvalidArgument(_NO_RESCHEDULE), True)
         if not self._running:
             self._restart()
 

@@ -173,6 +173,10 @@ class Stub:
             for index, request in enumerate(requests)
             if request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         ]
+        for index in rescheduled:  # not unanswered: the server runs it again
+            finalizer = getattr(requests[index].get_response_sender(), "_unanswered", None)
+            if finalizer is not None:
+                finalizer.detach()
         del requests, result  # lets the input region be released with the reply
         with self.batch_lock:
             items = self.batches.pop(call_id, [])
@@ -205,6 +209,7 @@ class Stub:
                 # gone, unclosed) would wait forever: it fails, as when no response came.
                 finalizer = weakref.finalize(sender, self._unanswered, sender.__dict__, emit)
                 finalizer.atexit = False
+                sender._unanswered = finalizer  # type: ignore[attr-defined]
             requests.append(
                 pb_utils.InferenceRequest(
                     [pb_utils.Tensor(name, array) for name, array in tensors],

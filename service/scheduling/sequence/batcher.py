@@ -12,6 +12,7 @@ Request backends (Python models, built-ins) get the same tensors, one request pe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +33,7 @@ from ..delivery import batch_failure, outcome_of, settle
 from ..dynamic.policy import BatchPolicy
 from ..hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from ..instances import InstancePool, InstanceWorker
-from .requests import RowOutputs, execute_request_rows
+from .requests import RESCHEDULED, RowOutputs, execute_request_rows
 from .slots import LiveSequence, SequenceTable
 from .tensors import build_sequence_inputs, control_specs, state_specs
 
@@ -84,6 +85,10 @@ class SequenceBatchScheduler:
                 max_queue_delay_ns=batching.direct.max_queue_delay_microseconds * 1000,
             )
         self._min_utilization = batching.direct.minimum_slot_utilization
+        # Triton's IterativeSequencer: a request without a correlation ID starts a sequence
+        # of its own, and a model may release a request with RESCHEDULE to run it again.
+        self._iterative = batching.iterative_sequence
+        self._sequence_ids = itertools.count(1)
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
         self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
         self._delay_count = hold_count(DELAY_ENV)
@@ -112,7 +117,12 @@ class SequenceBatchScheduler:
                 f"inference request to model '{self._name}' must specify batch-size 1 due "
                 "to requirements of sequence batcher"
             )
-        if job.correlation_id in (None, 0, ""):
+        if self._iterative:
+            if job.correlation_id in (None, 0, ""):
+                job.correlation_id = next(self._sequence_ids)
+                job.sequence_start = True
+            job.reschedulable = job.sequence_start
+        elif job.correlation_id in (None, 0, ""):
             raise InvalidArgument(
                 f"inference request to model '{self._name}' must specify a non-zero or "
                 "non-empty correlation ID"
@@ -216,6 +226,8 @@ class SequenceBatchScheduler:
             for job in gone:
                 sequence.pending.remove(job)
                 self._stats.record_cancelled(now - job.enqueue_ns)
+                if job.reschedulable:  # released for good: its iterative sequence ends
+                    self._table.end(sequence)
             if gone and sequence.finished:
                 self._table.release(sequence)
 
@@ -335,12 +347,28 @@ class SequenceBatchScheduler:
                 sequence.states = new_states[index]
                 out = outputs[index]
                 assert out is not None
+                if out == RESCHEDULED:
+                    self._reschedule(job, sequence)
+                    continue
                 settle(self._stats, job, outcome_of(job, out, timings), self._clock)
             else:
                 settle(self._stats, job, batch_failure(error), self._clock)
+            if job.reschedulable:
+                # Triton's IterativeSequencer: releasing the request that started the
+                # sequence (without RESCHEDULE) ends the sequence.
+                self._table.end(sequence)
             if sequence.finished:
                 self._table.release(sequence)
         self._driver.wake()
+
+    def _reschedule(self, job: Job, sequence: LiveSequence) -> None:
+        """Triton's ``IterativeSequencer::RescheduleRequest``: the request goes back to its
+        sequence's queue without START or END and runs again when its turn comes."""
+        now = self._clock()
+        job.sequence_start = job.sequence_end = False
+        job.enqueue_ns = now
+        sequence.pending.append(job)
+        sequence.last_ns = now
 
     async def stop(self) -> None:
         """Finish accepted requests, then stop the driver and free the instances."""

@@ -9,6 +9,7 @@ zeros, not READY, correlation ID 0, no flags, nothing requested; its answer is d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from ...backends.base import RequestInstance
 from ...errors import ServerError
@@ -16,10 +17,14 @@ from ...statistics import BatchTimings
 from ..base import Array, Job
 from ..batch import execute_batch
 
-__all__ = ["RowOutputs", "execute_request_rows"]
+__all__ = ["RESCHEDULED", "RowOutputs", "execute_request_rows"]
+
+#: A row the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: it runs again.
+Rescheduled = Literal["rescheduled"]
+RESCHEDULED: Rescheduled = "rescheduled"
 
 #: What one row of a sequence batch yields: its outputs, its own error, or None (empty slot).
-RowOutputs = dict[str, Array] | ServerError | None
+RowOutputs = dict[str, Array] | ServerError | Rescheduled | None
 
 
 def _row_job(job: Job | None, inputs: Mapping[str, Array], index: int, batched: bool) -> Job:
@@ -37,6 +42,7 @@ def _row_job(job: Job | None, inputs: Mapping[str, Array], index: int, batched: 
         sequence_end=job.sequence_end,
         parameters=job.parameters,
         sink=job.sink,
+        reschedulable=job.reschedulable,
     )
 
 
@@ -53,6 +59,7 @@ def execute_request_rows(
     jobs = [_row_job(job, inputs, index, batched) for index, job in enumerate(rows)]
     results, timings = execute_batch(instance, jobs, clock)
     per_row: list[RowOutputs] = [
-        None if job is None else result for job, result in zip(rows, results, strict=True)
+        None if job is None else RESCHEDULED if row.rescheduled else result
+        for job, row, result in zip(rows, jobs, results, strict=True)
     ]
     return per_row, BatchTimings(start, timings.input_end, timings.infer_end, timings.end)

@@ -100,6 +100,11 @@ class SequenceTable:
             self._end(sequence)
         return sequence
 
+    def end(self, sequence: LiveSequence) -> None:
+        """End ``sequence`` as an END request would (iterative sequences end when the
+        request that started them is released for good)."""
+        self._end(sequence)
+
     def _end(self, sequence: LiveSequence) -> None:
         """No later request joins ``sequence``; its queued ones still run."""
         sequence.ending = True
