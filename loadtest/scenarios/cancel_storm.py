@@ -23,11 +23,10 @@ import random
 import re
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-import grpc
 import numpy as np
+from cancel_storm import storm_round
 from server_process import DEFAULT_REPOSITORY
 
 from inference import grpc_service_pb2 as pb
@@ -52,49 +51,6 @@ def _requests() -> list[pb.ModelInferRequest]:
         made.append(infer_request("add_sub", pair))
     made.append(infer_request("iris_pipeline", {"MEASUREMENTS_MM": np.ones((1, 4), np.float32)}))
     return made
-
-
-async def _round(
-    url: str, counts: dict[str, int], concurrency: int, rng: random.Random
-) -> Counter[str]:
-    """``counts``: requests of each kind (expired, cancelled, normal); their outcomes."""
-    kinds = [kind for kind, count in counts.items() for _ in range(count)]
-    rng.shuffle(kinds)
-    requests = _requests()
-    outcomes: Counter[str] = Counter()
-    limit = asyncio.Semaphore(concurrency)
-    # Calls that share a connection with the cancels sometimes end CANCELLED (grpc's own
-    # status, not the server's), so the normal ones have a connection of their own.
-    own = [("grpc.use_local_subchannel_pool", 1)]
-    async with (
-        grpc.aio.insecure_channel(url) as storm_channel,
-        grpc.aio.insecure_channel(url, options=own) as normal_channel,
-    ):
-        storm = pb_grpc.GRPCInferenceServiceStub(storm_channel)
-        normal = pb_grpc.GRPCInferenceServiceStub(normal_channel)
-
-        async def one(kind: str) -> None:
-            request = rng.choice(requests)
-            async with limit:
-                try:
-                    if kind == "expired":
-                        await storm.ModelInfer(request, timeout=0.001)
-                    elif kind == "cancelled":
-                        call = storm.ModelInfer(request, timeout=30)
-                        await asyncio.sleep(rng.uniform(0, 0.006))
-                        call.cancel()
-                        await call
-                    else:
-                        await normal.ModelInfer(request, timeout=30)
-                    code = "OK"
-                except asyncio.CancelledError:
-                    code = "CANCELLED"
-                except grpc.RpcError as error:
-                    code = error.code().name
-            outcomes[f"{kind} {code}"] += 1
-
-        await asyncio.gather(*(one(kind) for kind in kinds))
-    return outcomes
 
 
 def _memory(supervisor: int, engine: int | None) -> dict[str, float]:
@@ -153,9 +109,12 @@ class CancelStorm(Scenario):
                 engine, rng = engine_pid(proc), random.Random(26)
                 rounds = [("warm-up", {"normal": args.normal})]
                 rounds += [(str(i), storm) for i in range(1, args.rounds + 1)]
+                stub = pb_grpc.GRPCInferenceServiceStub
                 for label, counts in rounds:
                     start = time.monotonic()
-                    outcomes = asyncio.run(_round(proc.url, counts, args.concurrency, rng))
+                    outcomes = asyncio.run(
+                        storm_round(proc.url, stub, _requests(), counts, args.concurrency, rng)
+                    )
                     seconds = time.monotonic() - start
                     failed += counts["normal"] - outcomes["normal OK"]
                     time.sleep(args.settle)

@@ -18,8 +18,8 @@ import random
 import re
 from pathlib import Path
 
-import grpc
 import numpy as np
+from cancel_storm import storm_round
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
@@ -60,48 +60,6 @@ def _request(model: str, width: int) -> pb.ModelInferRequest:
     return request
 
 
-async def _storm(url: str, rng: random.Random) -> dict[str, int]:
-    """One round; the outcome of each kind, by status code."""
-    requests = [_request(m, w) for m in MODELS for w in (4, WIDTH)]
-    kinds = ["expired"] * EXPIRED + ["cancelled"] * CANCELLED + ["normal"] * NORMAL
-    rng.shuffle(kinds)
-    tally: dict[str, int] = {}
-    limit = asyncio.Semaphore(CONCURRENCY)
-    # Calls that share a connection with the cancels sometimes end CANCELLED (grpc's own
-    # status, not the server's), so the normal ones have a connection of their own.
-    own = [("grpc.use_local_subchannel_pool", 1)]
-    async with (
-        grpc.aio.insecure_channel(url) as storm_channel,
-        grpc.aio.insecure_channel(url, options=own) as normal_channel,
-    ):
-        storm = pb_grpc.GRPCInferenceServiceStub(storm_channel)
-        normal = pb_grpc.GRPCInferenceServiceStub(normal_channel)
-
-        async def one(kind: str) -> None:
-            request = rng.choice(requests)
-            async with limit:
-                try:
-                    if kind == "expired":
-                        await storm.ModelInfer(request, timeout=0.001)
-                    elif kind == "cancelled":
-                        call = storm.ModelInfer(request, timeout=30)
-                        await asyncio.sleep(rng.uniform(0, 0.006))
-                        call.cancel()
-                        await call
-                    else:
-                        await normal.ModelInfer(request, timeout=30)
-                    code = "OK"
-                except asyncio.CancelledError:
-                    code = "CANCELLED"
-                except grpc.RpcError as error:
-                    code = error.code().name
-            key = f"{kind} {code}"
-            tally[key] = tally.get(key, 0) + 1
-
-        await asyncio.gather(*(one(kind) for kind in kinds))
-    return tally
-
-
 def test_no_request_is_left_in_the_channel_tables_after_a_cancel_storm(
     tmp_path: Path,
 ) -> None:
@@ -111,7 +69,10 @@ def test_no_request_is_left_in_the_channel_tables_after_a_cancel_storm(
     try:
         rng = random.Random(26)
         for _ in range(ROUNDS):
-            tally = asyncio.run(_storm(server.url, rng))
+            requests = [_request(m, w) for m in MODELS for w in (4, WIDTH)]
+            counts = {"expired": EXPIRED, "cancelled": CANCELLED, "normal": NORMAL}
+            stub = pb_grpc.GRPCInferenceServiceStub
+            tally = asyncio.run(storm_round(server.url, stub, requests, counts, CONCURRENCY, rng))
             assert tally.get("normal OK") == NORMAL, tally
             assert tally.get("expired DEADLINE_EXCEEDED", 0) > EXPIRED // 2, tally
     finally:
