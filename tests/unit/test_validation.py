@@ -564,6 +564,9 @@ class FakeModels:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         return self.model
 
+    def find(self, name: str, version: str = "") -> ModelVersion | None:
+        return self.model if name == self.model.name else None
+
     def all_ready(self) -> bool:
         return True
 
