@@ -1,8 +1,8 @@
 """In-process onnxruntime throughput of a model: the ceiling a server here can reach.
 
 The session gets the server's settings for a one-instance CPU model (intra-op threads =
-cores, ORT_ENABLE_ALL), so that served / ceiling isolates the cost of serving from the
-cost of the model itself.
+cores, ORT_ENABLE_ALL, no spinning), so that served / ceiling isolates the cost of serving
+from the cost of the model itself.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _feed(session: ort.InferenceSession, batch: int, rng: np.random.Generator) -
 
 def measure_ceiling(
     model_path: Path, batch_sizes: Sequence[int], *, duration: float = 3.0, rounds: int = 3,
-    threads: int | None = None,
+    threads: int | None = None, spinning: bool = False,
 ) -> list[CeilingPoint]:  # fmt: skip
     """Best samples/s per batch size over ``rounds`` rounds of ``duration / rounds`` s.
 
@@ -67,6 +67,11 @@ def measure_ceiling(
     options.intra_op_num_threads = threads
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    # As the server's instances (backends/onnxruntime/backend.py): no spinning between runs
+    # unless the model asks (allow_spinning); a spinning ceiling would not be the same model.
+    spin = "1" if spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     feeds = {batch: _feed(session, batch, rng) for batch in batch_sizes}

@@ -382,7 +382,8 @@ class Batching(Scenario):
             sizes = [1, 8, 32, 64]
             if None not in observed:
                 sizes = sorted({ceiling_size(b) for b in observed} | {1, MAX_BATCH})
-            points = measure_ceiling(onnx_file, sizes, duration=ceiling_s)
+            spinning = params.get("allow_spinning") == "true"
+            points = measure_ceiling(onnx_file, sizes, duration=ceiling_s, spinning=spinning)
         machine["load average at end (1/5/15 min)"] = loadavg()
         settings = {
             "mode": "quick (smoke, numbers not meaningful)" if args.quick else "full",
