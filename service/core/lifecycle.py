@@ -199,6 +199,11 @@ class ModelManager:
         model = self.find(name, "" if version < 0 else str(version))
         return model.config if model is not None else None
 
+    def lookup_labels(self, name: str, version: int) -> dict[str, tuple[str, ...]]:
+        """A ready version's classification labels (-1: latest), for an ensemble's outputs."""
+        model = self.find(name, "" if version < 0 else str(version))
+        return model.labels if model is not None else {}
+
     async def _load_composing(self, name: str, override: mc.ModelConfig | None) -> None:
         """Loading an ensemble loads the models it calls that are not loaded yet."""
         config = override
@@ -393,7 +398,15 @@ class ModelManager:
             if self._runner is None:
                 raise RuntimeError("ensembles need a runner: call attach_runner first")
             loaded = [
-                load_ensemble(config, v, self.lookup_config, self._runner, self._limits)
+                load_ensemble(
+                    config,
+                    v,
+                    self.lookup_config,
+                    self._runner,
+                    self._limits,
+                    model_dir=directory.path,
+                    lookup_labels=self.lookup_labels,
+                )
                 for v in versions
             ]
         else:

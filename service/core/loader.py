@@ -167,14 +167,40 @@ def _unavailable(model: ModelVersion, exc: Exception) -> ModelVersion:
     return model
 
 
+LabelLookup = Callable[[str, int], dict[str, tuple[str, ...]]]
+
+
+def _step_labels(
+    config: mc.ModelConfig, own: dict[str, tuple[str, ...]], lookup_labels: LabelLookup
+) -> dict[str, tuple[str, ...]]:
+    """Labels for the ensemble's outputs without a label file of their own: those of the
+    step output that produces it, in the step's model version (Triton adds them with
+    ``emplace``, so an output's own file, even one without labels, is kept)."""
+    missing = {o.name for o in config.output if o.name not in own}
+    found: dict[str, tuple[str, ...]] = {}
+    for step in config.ensemble_scheduling.step:
+        for model_output, tensor in step.output_map.items():
+            if tensor in missing:
+                labels = lookup_labels(step.model_name, step.model_version).get(model_output)
+                if labels:
+                    found[tensor] = labels
+    return found
+
+
 def load_ensemble(
     base_config: mc.ModelConfig,
     version: int,
     lookup: ConfigLookup,
     runner: StepRunner,
     limits: ConfigLimits | None = None,
+    model_dir: Path | None = None,
+    lookup_labels: LabelLookup | None = None,
 ) -> ModelVersion:
-    """An ensemble has no instances: checking its steps and building its scheduler is all."""
+    """An ensemble has no instances: checking its steps and building its scheduler is all.
+
+    ``model_dir``: where its own ``label_filename`` files are; ``lookup_labels``: a
+    composing model's labels, for the outputs the ensemble has none for (Triton's
+    model_lifecycle completes the ensemble's label provider from the producing step)."""
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
@@ -183,8 +209,12 @@ def load_ensemble(
         if refusal is not None:
             raise ValueError(refusal)
         tensor_types = validate_ensemble(config, lookup)
+        if model_dir is not None:
+            model.labels = read_labels(config, model_dir)
     except ValueError as exc:
         return _unavailable(model, exc)
+    if lookup_labels is not None:
+        model.labels.update(_step_labels(config, model.labels, lookup_labels))
     model.inputs = io_specs(list(config.input))
     model.outputs = io_specs(list(config.output))
     model.scheduler = EnsembleScheduler(

@@ -257,6 +257,31 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
             PIPELINE_STEPS[:2],
             max_batch_size=0,
         )
+    # Classification (Triton's model_lifecycle): an ensemble output without a label file of
+    # its own takes the labels of the step output that produces it.
+    labelled = _vector_config("labelled_square").replace(
+        'name: "OUTPUT0"', 'name: "OUTPUT0"\n    label_filename: "labels.txt"'
+    )
+    write_model(root, "labelled_square", _fp32_unary("labelled_square", "Mul", None), labelled)
+    (root / "labelled_square" / "labels.txt").write_text("a\nb\nc\nd\n", encoding="utf-8")
+    _write_ensemble(
+        root,
+        "labelled_pipeline",
+        [("RAW", "FP32", [WIDTH])],
+        [("SQUARED", "FP32", [WIDTH]), ("SCALED", "FP32", [WIDTH])],
+        [
+            ("scale", {"INPUT0": "RAW"}, {"OUTPUT0": "SCALED"}),
+            ("labelled_square", {"INPUT0": "SCALED"}, {"OUTPUT0": "SQUARED"}),
+        ],
+    )
+    config = root / "labelled_pipeline" / "config.pbtxt"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(
+            'name: "SCALED"', 'name: "SCALED"\n    label_filename: "own.txt"'
+        ),
+        encoding="utf-8",
+    )
+    (root / "labelled_pipeline" / "own.txt").write_text("w\nx\ny\nz\n", encoding="utf-8")
     for name, (steps, (datatype, dims), _) in INVALID.items():
         _write_ensemble(root, name, [("RAW", datatype, dims)], [("OUT", "FP32", [WIDTH])], steps)
     return root
@@ -352,6 +377,20 @@ def test_ensemble_without_batching_over_batching_models(
     np.testing.assert_allclose(squared, (rows * 3) ** 2)
     stats = client.get_inference_statistics("scale", as_json=True)["model_stats"][0]
     assert int(stats["inference_count"]) >= 4  # one row, then three: the model batched them
+
+
+def test_ensemble_classification_labels(client: grpcclient.InferenceServerClient) -> None:
+    raw = np.array([[1, -4, 2, 0]], dtype=np.float32)  # SCALED [3,-12,6,0], SQUARED [9,144,36,0]
+    outputs = [
+        grpcclient.InferRequestedOutput("SQUARED", class_count=2),
+        grpcclient.InferRequestedOutput("SCALED", class_count=2),
+    ]
+    result = client.infer(
+        "labelled_pipeline", [_tensor("RAW", raw)], outputs=outputs, client_timeout=TIMEOUT
+    )
+    # SQUARED: labelled_square's labels; SCALED: the ensemble's own file
+    assert result.as_numpy("SQUARED").tolist() == [[b"144.000000:1:b", b"36.000000:2:c"]]
+    assert result.as_numpy("SCALED").tolist() == [[b"6.000000:2:y", b"3.000000:0:w"]]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
