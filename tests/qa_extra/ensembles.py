@@ -15,10 +15,19 @@ Triton's own qa runs them.
   models, which batch (``max_batch_size: 1024``, dims [-1]). nop_* run on the identity
   backend, stood in for by identity_delay; only the nop models of the selected dtypes are
   copied (test.sh copies all 39).
+- simple_ensemble: qa/L0_simple_ensemble (a batching ensemble calling ``simple`` versions
+  1 and 2: per-version statistics, one requested output), a fresh server per test as
+  test.sh. ``simple`` is Dockerfile.QA's docs/examples model in both versions: its ONNX
+  release (v2.51's is TensorFlow), with qa's config on the ONNX platform.
+  test_ensemble_sequence_flags is left out: it passes on the reference but not here.
+  Triton's ensemble scheduler (r24.10) tags every step output with the step's sequence id
+  and flags (or those the model's response sets) and adds ``sequence_id``,
+  ``sequence_start`` and ``sequence_end`` to the ensemble's response once per such
+  output (so HTTP JSON repeats the keys); the project's ensemble responses carry none.
 """
 
 import manifest
-from manifest import Suite, identity_delay
+from manifest import SIMPLE_ONNX_REF, Suite, identity_delay
 
 # gen_qa_model_repository: gen_qa_models.py --ensemble (configs only, every platform)
 manifest.GENERATORS.setdefault(
@@ -101,6 +110,15 @@ def repo_infer_ensembles_onnx(r):
         identity_delay(r, nop, src)
 
 
+def repo_simple_ensemble(r):
+    r.copy(r.qa("L0_simple_ensemble/models"), ".")
+    r.mkdir("ensemble_add_sub_int32_int32_int32/1")
+    docs = r.server_file("docs/examples/model_repository/simple", ref=SIMPLE_ONNX_REF)
+    for version in ("1", "2"):
+        r.copy(f"{docs}/1/model.onnx", f"simple/{version}/model.onnx")
+    r.sub("simple/config.pbtxt", r"^platform:.*$", 'platform: "onnxruntime_onnx"')
+
+
 INFER_ENV = {"BACKENDS": "onnx", "ENSEMBLES": "1", "NOBATCH": "1", "BATCH": "1"}
 
 SUITES = [
@@ -129,5 +147,19 @@ SUITES = [
         reference="pass-ort",
         note="BACKENDS=onnx ENSEMBLES=1: onnx_*, simple_/sequence_/fan_onnx{,_nobatch}_*; nop_* "
         "(identity backend, max_batch_size 1024) stood in for by identity_delay",
+    ),
+    Suite(
+        "simple_ensemble",
+        "L0_simple_ensemble",
+        "ensemble_test.py",
+        [
+            "EnsembleTest::test_ensemble_add_sub",
+            "EnsembleTest::test_ensemble_add_sub_one_output",
+        ],
+        repo_simple_ensemble,
+        restart="test",
+        default=False,
+        reference="pass-ort",
+        note="simple (TensorFlow at v2.51) as its ONNX release, versions 1 and 2",
     ),
 ]
