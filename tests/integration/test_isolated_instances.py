@@ -9,6 +9,7 @@ decision 030).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,9 +19,11 @@ from pathlib import Path
 
 import models
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 from integration_support import running_server, wait_for_log
+from onnx import TensorProto, helper
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -45,10 +48,28 @@ def _repository(root: Path) -> Path:
     return root
 
 
-def _workers(server: ServerProcess) -> dict[str, int]:
+def _workers_of(server: ServerProcess, model: str) -> dict[str, int]:
     """Instance name -> pid of the process that opened it (from its providers line)."""
-    found = re.findall(r"^I\S+ \S+ (\d+) \S+\] model 'mlp' instance '(\S+)'", server.log, re.M)
-    return {name: int(pid) for pid, name in found}
+    pattern = rf"^I\S+ \S+ (\d+) \S+\] model '{model}' instance '(\S+)'"
+    return {name: int(pid) for pid, name in re.findall(pattern, server.log, re.M)}
+
+
+def _workers(server: ServerProcess) -> dict[str, int]:
+    return _workers_of(server, "mlp")
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) children of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid and stat[0] != "Z":
+                found.append(int(entry.name))
+    return found
 
 
 def _cmdline(pid: int) -> str:
@@ -142,3 +163,112 @@ def test_a_worker_killed_under_load_fails_only_its_batch(tmp_path: Path) -> None
             assert client.is_model_ready("mlp")
             stats = client.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
             assert int(stats["inference_stats"]["fail"]["count"]) == len(failures)
+
+
+def _gather_model() -> onnx.ModelProto:
+    """OUT = TABLE[IDX] over a table of four: an index past it fails inside ONNX Runtime,
+    after validation, so the request reaches the worker and fails there."""
+    table = helper.make_tensor("TABLE", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["TABLE", "IDX"], ["OUT"], axis=0)],
+        "gather",
+        [helper.make_tensor_value_info("IDX", TensorProto.INT64, ["batch", 1])],
+        [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[table],
+    )
+    return models.make_model(graph)
+
+
+def _rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+@pytest.mark.skipif(os.environ.get("SERVICE_FRONTENDS", "0") != "0", reason="sets its own layout")
+def test_many_failed_executions_leave_no_memory_behind(tmp_path: Path) -> None:
+    """10,000 requests that fail inside the worker: each gets ONNX Runtime's error, and
+    neither the worker nor the engine grows past a margin (no region, slab block or
+    pending call is left behind per failure)."""
+    models.write_model(
+        tmp_path,
+        "gather",
+        _gather_model(),
+        models.make_config(
+            "gather", [("IDX", "INT64", [1])], [("OUT", "FP32", [1])], max_batch_size=8
+        ),
+    )
+    with running_server([tmp_path], extra_args=["--frontends", "2"], env=WORKERS) as server:
+        worker = _workers_of(server, "gather")["gather_0_0"]
+        engine = _engine(server)
+        bad = grpcclient.InferInput("IDX", [1, 1], "INT64")
+        bad.set_data_from_numpy(np.array([[100]], dtype=np.int64))
+
+        def fail(count: int) -> None:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                for _ in range(count):
+                    with pytest.raises(InferenceServerException, match="onnx runtime error"):
+                        client.infer("gather", [bad])
+
+        def storm(total: int, threads: int = 4) -> None:
+            workers = [
+                threading.Thread(target=fail, args=(total // threads,)) for _ in range(threads)
+            ]
+            for thread in workers:
+                thread.start()
+            for thread in workers:
+                thread.join(300)
+
+        storm(1_000)  # warm: pools, caches and the allocator's steady state
+        before = {pid: _rss_mb(pid) for pid in (worker, engine)}
+        storm(10_000)
+        after = {pid: _rss_mb(pid) for pid in (worker, engine)}
+        assert all(after[pid] <= before[pid] + 20 for pid in before), (before, after)
+        assert _workers_of(server, "gather")["gather_0_0"] == worker  # never restarted
+        with grpcclient.InferenceServerClient(server.url) as client:
+            good = grpcclient.InferInput("IDX", [1, 1], "INT64")
+            good.set_data_from_numpy(np.array([[2]], dtype=np.int64))
+            assert client.infer("gather", [good]).as_numpy("OUT").tolist() == [[3.0]]
+            stats = client.get_inference_statistics("gather", as_json=True)["model_stats"][0]
+            assert int(stats["inference_stats"]["fail"]["count"]) == 11_000
+
+
+@pytest.mark.skipif(os.environ.get("SERVICE_FRONTENDS", "0") != "0", reason="sets its own layout")
+def test_reload_under_load_with_workers_loses_no_request(tmp_path: Path) -> None:
+    """4 clients infer while the model is reloaded 3 times with other instance counts: the
+    new version's workers start before the old one's stop, and no request fails."""
+    args = ["--frontends", "2", "--model-control-mode", "explicit", "--load-model", "mlp"]
+    with running_server([_repository(tmp_path)], extra_args=args, env=WORKERS) as server:
+        x = np.random.default_rng(2).random((2, WIDTH), dtype=np.float32)
+        want = models.mlp_reference(x, WIDTH, 3)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        served = [0] * 4
+
+        def sender(slot: int) -> None:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                while not stop.is_set():
+                    try:
+                        np.testing.assert_allclose(_infer(client, x), want, rtol=1e-4, atol=1e-4)
+                        served[slot] += 1
+                    except BaseException as exc:  # every failure is a lost request
+                        errors.append(exc)
+
+        threads = [threading.Thread(target=sender, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            with grpcclient.InferenceServerClient(server.url) as control:
+                for count in (1, 3, 2):
+                    time.sleep(0.5)
+                    config = control.get_model_config("mlp", as_json=True)["config"]
+                    config["instance_group"] = [{"count": count, "kind": "KIND_CPU"}]
+                    control.load_model("mlp", config=json.dumps(config))
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+        assert not errors, f"{len(errors)} failed requests, first: {errors[0]!r}"
+        assert all(n > 0 for n in served), served
+        hosts = [p for p in _children(_engine(server)) if HOST in _cmdline(p)]
+        assert len(hosts) == 2, hosts  # the last version's two workers; the others ended
