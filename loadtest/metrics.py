@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from proc_info import pid_alive, process_tree, stat_fields
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -21,16 +22,6 @@ def summarize_latencies(latencies_ms: Sequence[float]) -> dict[str, float]:
     arr = np.asarray(latencies_ms, dtype=np.float64)
     p50, p90, p99 = np.percentile(arr, [50, 90, 99])
     return {"p50": p50, "p90": p90, "p99": p99, "mean": arr.mean(), "max": arr.max()}
-
-
-def stat_fields(path: str) -> list[str] | None:
-    """The fields of a /proc ``stat`` file after the command name; None when unreadable."""
-    try:
-        with open(path, encoding="ascii") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()  # comm may hold spaces: skip past it
 
 
 def _seconds(fields: list[str]) -> float:
@@ -45,20 +36,9 @@ def process_cpu_seconds(pid: int) -> float | None:
 
 def tree_cpu_seconds(root_pid: int) -> float | None:
     """CPU seconds of ``root_pid`` and every live descendant; None when it is gone."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")) is not None:
-            parents[int(entry)], times[int(entry)] = int(fields[1]), _seconds(fields)
-    if root_pid not in times:
+    if not pid_alive(root_pid):
         return None
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(times[pid] for pid in tree)
+    return sum(process_cpu_seconds(pid) or 0.0 for pid in process_tree(root_pid))
 
 
 def machine_busy_seconds() -> float | None:
@@ -93,32 +73,3 @@ def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
 def loop_thread_seconds(pid: int) -> float:
     """CPU seconds of the first thread of ``pid``: in our servers, the event loop's."""
     return sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident memory of one process (VmRSS) in MB; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def process_tree(root_pid: int) -> dict[int, int]:
-    """``root_pid`` and its live descendants, each with its parent's pid."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := stat_fields(f"/proc/{entry}/stat")) is not None:
-            parents[int(entry)] = int(fields[1])
-    tree = {root_pid: parents.get(root_pid, 0)}
-    frontier = [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree[pid] = ppid
-                frontier.append(pid)
-    return tree

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 from cancel_storm import storm_round
+from proc_info import process_tree, rss_mb
 from server_process import DEFAULT_REPOSITORY
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from loadtest.loadgen import infer_request
-from loadtest.metrics import process_tree, rss_mb
 from loadtest.processes import engine_pid, service
 from loadtest.report import publish, table
 from loadtest.repository import batching, identity_backend, parameters

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import grpc
 import pytest
 from conftest import running_gateway
 from gateway_process import GatewayProcess, http_request
+from proc_info import process_tree, rss_mb
 from server_process import DEFAULT_REPOSITORY, ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
@@ -34,27 +34,9 @@ MODEL = "add_sub"
 
 
 def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS line")
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the supervisor, engine, frontends, model workers)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found = [pid]
-    for candidate in found:
-        found.extend(child for child, parent in parents.items() if parent == candidate)
-    return found
+    rss = rss_mb(pid)
+    assert rss is not None, f"process {pid} is gone"
+    return rss
 
 
 def _over(baselines: dict[int, float]) -> dict[int, float]:
@@ -156,7 +138,7 @@ def test_refused_oversized_requests_give_their_memory_back(
     server, gateway = stack
     send = protocol(server, gateway)
     assert "Expected 16, got 32" in send(_infer_request(32))  # warm the path up
-    pids = [*_tree(server.pid), gateway.pid]
+    pids = [*process_tree(server.pid), gateway.pid]
     assert len(pids) >= 5, pids  # supervisor, engine, two frontends, gateway
     baselines = {pid: _rss_mb(pid) for pid in pids}
     oversized = _infer_request(OVERSIZED)

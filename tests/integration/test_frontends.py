@@ -23,6 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from integration_support import add_sub_inputs, running_server, wait_for_log
+from proc_info import pid_alive
 from server_process import ServerProcess
 from shm_support import key_of, region
 from tritonclient.utils import InferenceServerException
@@ -222,7 +223,7 @@ def test_killed_frontend_fails_only_its_requests_and_is_replaced(repo: Path) -> 
             time.sleep(0.05)
         replacement = _pids(server, r"frontend \d")[-1]
         wait_for_log(server, f"(pid {replacement}) serving", timeout=30)
-        assert _alive(replacement)
+        assert pid_alive(replacement)
         fresh = [_client(server.url) for _ in range(8)]
         for c in fresh:
             out = c.infer("plain", _slow_inputs())
@@ -244,15 +245,7 @@ def test_engine_loss_stops_the_server_with_an_error(repo: Path) -> None:
         server.log
     )
     for pid in _pids(server, r"frontend \d"):
-        assert not _alive(pid), f"frontend {pid} outlived the server"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        assert not pid_alive(pid), f"frontend {pid} outlived the server"
 
 
 @pytest.mark.parametrize("width", [16, 100_000])

@@ -9,12 +9,14 @@ decision 030).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import models
@@ -24,6 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from integration_support import running_server, wait_for_log
 from onnx import TensorProto, helper
+from proc_info import process_tree, rss_mb
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -58,20 +61,6 @@ def _workers(server: ServerProcess) -> dict[str, int]:
     return _workers_of(server, "mlp")
 
 
-def _children(pid: int) -> list[int]:
-    """The live (not zombie) children of ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid and stat[0] != "Z":
-                found.append(int(entry.name))
-    return found
-
-
 def _cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
@@ -83,7 +72,38 @@ def _engine(server: ServerProcess) -> int:
 
 
 def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return process_tree(pid)[pid]
+
+
+@contextlib.contextmanager
+def _under_load(
+    server: ServerProcess, x: np.ndarray, clients: int = 4
+) -> Iterator[tuple[list[int], list[BaseException]]]:
+    """``clients`` threads infer ``x`` on the MLP back to back (each answer checked) while
+    the block runs: (answers per client, what failed)."""
+    want = models.mlp_reference(x, WIDTH, 3)
+    stop = threading.Event()
+    served = [0] * clients
+    failures: list[BaseException] = []
+
+    def sender(slot: int) -> None:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            while not stop.is_set():
+                try:
+                    np.testing.assert_allclose(_infer(client, x), want, rtol=1e-4, atol=1e-4)
+                    served[slot] += 1
+                except BaseException as exc:  # every failure is reported, not lost
+                    failures.append(exc)
+
+    threads = [threading.Thread(target=sender, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield served, failures
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
 
 
 def _infer(client: grpcclient.InferenceServerClient, x: np.ndarray) -> np.ndarray:
@@ -122,37 +142,17 @@ def test_a_worker_killed_under_load_fails_only_its_batch(tmp_path: Path) -> None
     ) as server:
         victim = _workers(server)["mlp_0_0"]
         x = np.random.default_rng(1).random((ROWS, WIDTH), dtype=np.float32)
-        want = models.mlp_reference(x, WIDTH, 3)
-        stop = threading.Event()
-        failures: list[str] = []
-        served = [0] * 4
-
-        def sender(slot: int) -> None:
-            with grpcclient.InferenceServerClient(server.url) as client:
-                while not stop.is_set():
-                    try:
-                        np.testing.assert_allclose(_infer(client, x), want, rtol=1e-4, atol=1e-4)
-                        served[slot] += 1
-                    except InferenceServerException as exc:
-                        failures.append(str(exc.message()))
-
-        threads = [threading.Thread(target=sender, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        try:
+        with _under_load(server, x) as (served, failures):
             time.sleep(1.0)
             os.kill(victim, signal.SIGKILL)
             wait_for_log(server, "worker restarted", timeout=30)
             before = sum(served)
             time.sleep(1.0)
             assert sum(served) > before  # served on, the new worker among the instances
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
         assert 1 <= len(failures) <= 4, failures  # one batch's requests at most
-        for text in failures:
-            assert text == (
+        for failure in failures:
+            assert isinstance(failure, InferenceServerException), failure
+            assert failure.message() == (
                 "model 'mlp' instance 'mlp_0_0': the worker process was killed by signal "
                 "SIGKILL during the execution; a new one starts with the next batch"
             )
@@ -180,8 +180,9 @@ def _gather_model() -> onnx.ModelProto:
 
 
 def _rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+    rss = rss_mb(pid)
+    assert rss is not None, f"process {pid} is gone"
+    return rss
 
 
 @pytest.mark.skipif(os.environ.get("SERVICE_FRONTENDS", "0") != "0", reason="sets its own layout")
@@ -239,36 +240,19 @@ def test_reload_under_load_with_workers_loses_no_request(tmp_path: Path) -> None
     args = ["--frontends", "2", "--model-control-mode", "explicit", "--load-model", "mlp"]
     with running_server([_repository(tmp_path)], extra_args=args, env=WORKERS) as server:
         x = np.random.default_rng(2).random((2, WIDTH), dtype=np.float32)
-        want = models.mlp_reference(x, WIDTH, 3)
-        stop = threading.Event()
-        errors: list[BaseException] = []
-        served = [0] * 4
-
-        def sender(slot: int) -> None:
-            with grpcclient.InferenceServerClient(server.url) as client:
-                while not stop.is_set():
-                    try:
-                        np.testing.assert_allclose(_infer(client, x), want, rtol=1e-4, atol=1e-4)
-                        served[slot] += 1
-                    except BaseException as exc:  # every failure is a lost request
-                        errors.append(exc)
-
-        threads = [threading.Thread(target=sender, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        try:
-            with grpcclient.InferenceServerClient(server.url) as control:
-                for count in (1, 3, 2):
-                    time.sleep(0.5)
-                    config = control.get_model_config("mlp", as_json=True)["config"]
-                    config["instance_group"] = [{"count": count, "kind": "KIND_CPU"}]
-                    control.load_model("mlp", config=json.dumps(config))
+        with (
+            _under_load(server, x) as (served, errors),
+            grpcclient.InferenceServerClient(server.url) as control,
+        ):
+            for count in (1, 3, 2):
+                time.sleep(0.5)
+                config = control.get_model_config("mlp", as_json=True)["config"]
+                config["instance_group"] = [{"count": count, "kind": "KIND_CPU"}]
+                control.load_model("mlp", config=json.dumps(config))
             time.sleep(0.5)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
         assert not errors, f"{len(errors)} failed requests, first: {errors[0]!r}"
         assert all(n > 0 for n in served), served
-        hosts = [p for p in _children(_engine(server)) if HOST in _cmdline(p)]
+        engine = _engine(server)
+        children = [p for p, parent in process_tree(engine).items() if parent == engine]
+        hosts = [p for p in children if HOST in _cmdline(p)]
         assert len(hosts) == 2, hosts  # the last version's two workers; the others ended

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import text_format
+from proc_info import pid_alive, process_tree
 
 from inference import model_config_pb2 as mc
 from service.backends.base import BackendRequest, InstanceSpec
@@ -125,15 +126,6 @@ def run(instance: Any, *requests: BackendRequest) -> list[Collector]:
     return senders
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -144,17 +136,9 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
 
 
 def children_of(pid: int | None = None) -> set[int]:
+    """The live children of ``pid`` (this process by default)."""
     pid = pid or os.getpid()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.add(int(entry.name))
-    return found
+    return {child for child, parent in process_tree(pid).items() if parent == pid}
 
 
 def write_model(root: Path, name: str, source: str, config_text: str = "") -> mc.ModelConfig:

@@ -15,6 +15,7 @@ import models
 import numpy as np
 import pytest
 from onnx import TensorProto
+from python_models.harness import wait_gone
 from test_onnxruntime_backend import SPEC, bf16_cast_model, make_config
 
 from inference import model_config_pb2 as mc
@@ -36,19 +37,6 @@ def add_sub(tmp_path: Path) -> Iterator[IsolatedInstance]:
     instance = _open(tmp_path, models.add_sub_model())
     yield instance
     instance.close()
-
-
-def _wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        except FileNotFoundError:
-            return
-        if state == "Z":
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"worker {pid} still running")
 
 
 def _kill_worker(instance: IsolatedInstance) -> int:
@@ -194,7 +182,7 @@ def test_close_ends_the_worker(add_sub: IsolatedInstance) -> None:
     pid = add_sub.worker_pid
     assert pid is not None
     add_sub.close()
-    _wait_gone(pid)
+    assert wait_gone(pid)
     assert add_sub.worker_pid is None
 
 
