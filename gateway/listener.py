@@ -63,7 +63,7 @@ class HttpServer:
         self.listening = False
         self._sock: socket.socket | None = None
         self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix="http-conn")
-        self._parker = Parker(self._dispatch, self._discard, self.max_connections, idle_timeout)
+        self._parker = Parker(self._dispatch, self.max_connections, idle_timeout)
 
     def _dispatch(self, connection: Parkable) -> None:
         """The parker saw bytes (or the end) on a parked connection: serve it in a pool
@@ -71,7 +71,7 @@ class HttpServer:
         try:
             self._threads.submit(self._serve, connection)
         except RuntimeError:  # the pool was shut down: the server is closing
-            self._discard(connection)
+            connection.close()
             self._parker.closed()
 
     def _serve(self, connection: Parkable) -> None:
@@ -81,10 +81,6 @@ class HttpServer:
         else:
             connection.close()
             self._parker.closed()
-
-    @staticmethod
-    def _discard(connection: Parkable) -> None:
-        connection.close()
 
     @property
     def in_flight(self) -> int:

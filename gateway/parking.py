@@ -46,12 +46,10 @@ class Parker:
     def __init__(
         self,
         dispatch: Callable[[Parkable], None],
-        discard: Callable[[Parkable], None],
         limit: int,
         idle_timeout: float,
     ) -> None:
         self._dispatch = dispatch
-        self._discard = discard
         self._limit = limit
         self._idle_timeout = idle_timeout
         self._selector = selectors.DefaultSelector()
@@ -177,4 +175,4 @@ class Parker:
     def _close(self, connection: Parkable) -> None:
         with self._lock:
             self.open -= 1
-        self._discard(connection)
+        connection.close()

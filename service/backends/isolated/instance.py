@@ -71,9 +71,13 @@ class _Worker:
             )
 
     def call(self, message: tuple[Any, ...], fd: int | None = None) -> tuple[Any, int | None]:
-        """Send and wait for the answer; re-emit the worker's log records. Raises
-        ChannelClosed (or OSError) when the worker is gone."""
+        """Send and wait for the answer. Raises ChannelClosed (or OSError) when the worker
+        is gone."""
         self.channel.send(message, fd)
+        return self.receive()
+
+    def receive(self) -> tuple[Any, int | None]:
+        """The next answer, the worker's log records in it emitted here."""
         reply, reply_fd = self.channel.recv()
         for record in reply[1]:
             logging.getLogger(record.name).handle(record)
@@ -200,8 +204,6 @@ class IsolatedInstance:
             worker.how_it_ended()
             worker = self._live_worker()
             reply, fd = self._run(worker, named, wanted)
-        for record in reply[1]:
-            logging.getLogger(record.name).handle(record)
         if reply[0] != "done":
             _raise(reply)
         (results,) = worker.channel.unpack([reply[2]], reply[3], fd)
@@ -221,7 +223,7 @@ class IsolatedInstance:
             if packed.fd is not None:
                 os.close(packed.fd)
         try:
-            return worker.channel.recv()
+            return worker.receive()
         except (ChannelClosed, OSError) as exc:
             raise errors.Internal(
                 f"{self._label}: the worker process {worker.how_it_ended()} during the "
