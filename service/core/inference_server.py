@@ -15,10 +15,9 @@ from ..errors import (
     ServerError,
     Unavailable,
     Unimplemented,
-    failure_reason,
     request_prefix,
 )
-from ..scheduling.base import ExecutionResult, Job, SequenceHolder
+from ..scheduling.base import Enqueuing, ExecutionResult, Job, SequenceHolder
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.inflight import InFlight
 from ..shm import (
@@ -36,6 +35,7 @@ from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
 from .model import ModelVersion
+from .unary import Answered, UnaryCall, answer, count_failure, count_unary_failure
 from .validation import build_outputs, prepare_job
 
 __all__ = [
@@ -314,7 +314,7 @@ class InferenceServer:
                             response.outputs = await regions.write_outputs(response.outputs)
                         yield response
                 except ServerError as exc:
-                    _count_failure(model, exc, start)
+                    count_failure(model, exc, start)
                     raise
                 except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
                     model.stats.record_cancelled(time.monotonic_ns() - start)
@@ -330,6 +330,37 @@ class InferenceServer:
         if not self._accepting_unary:
             self._admit_while_stopping(request)
         return await self._infer(request)
+
+    def start_infer(self, request: InferRequest, answered: Answered) -> UnaryCall | None:
+        """``infer`` without a task, for the engine's frame handler: the request is
+        checked and handed to its scheduler now, and ``answered`` gets its response or
+        error from a callback (core/unary.py). A refusal raises here, as ``infer`` raises
+        it. None: the request needs ``infer`` itself (shared memory, the response cache,
+        a sequence or ensemble scheduler)."""
+        if not self._accepting_unary:
+            self._admit_while_stopping(request)
+        start = time.monotonic_ns()
+        model = self._lookup(request)
+        if model.config.model_transaction_policy.decoupled:
+            raise Unimplemented(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        scheduler = model.scheduler
+        if (
+            not isinstance(scheduler, Enqueuing)
+            or (self._cache is not None and model.config.response_cache.enable)
+            or uses_shared_memory(request)
+        ):
+            return None
+        job = prepare_job(model, request)
+        try:
+            future = scheduler.enqueue(job)
+        except ServerError as exc:
+            count_unary_failure(model, exc, start)
+            raise
+        call = UnaryCall(self._inflight, model, scheduler, request, job, start, answered)
+        future.add_done_callback(call.finished)
+        return call
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.monotonic_ns()
@@ -350,18 +381,9 @@ class InferenceServer:
                     return response
                 assert model.scheduler is not None  # guaranteed by ModelManager.get
                 result = await model.scheduler.submit(job)
-                outputs = build_outputs(model, job, result.outputs)
-                if request.outputs and (counts := requested_classes(request)):
-                    outputs = classify_outputs(model, outputs, counts)
-                model.stats.record_success(
-                    time.monotonic_ns() - start, result.queue_ns, result.timings
-                )
-                # The response keeps the scheduler's ExecutionResult, so a trace needs no
-                # hook into the core.
-                return _response(model, request.id, outputs, result)
+                return answer(model, job, request, result, start)
             except ServerError as exc:
-                if _count_failure(model, exc, start) == "BACKEND":
-                    model.stats.record_backend_failure()
+                count_unary_failure(model, exc, start)
                 raise
 
     async def _infer_shm(
@@ -393,8 +415,7 @@ class InferenceServer:
             model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
             return _response(model, request_id, outputs, result)
         except ServerError as exc:
-            if _count_failure(model, exc, start) == "BACKEND":
-                model.stats.record_backend_failure()
+            count_unary_failure(model, exc, start)
             raise
 
     async def _run_cached(
@@ -462,15 +483,6 @@ class _DecoupledOutcome:
         assert result is not None
         elapsed = time.monotonic_ns() - self._start
         self._model.stats.record_request_success(elapsed, result.queue_ns, result.timings)
-
-
-def _count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
-    """Count a request the model had accepted under its failure reason; one refused
-    before that (full queue, sequence rules, unloading) is not a failure, as in Triton."""
-    reason = failure_reason(exc)
-    if reason is not None:
-        model.stats.record_failure(time.monotonic_ns() - start, reason)
-    return reason
 
 
 class _Steps:

@@ -1,11 +1,14 @@
 """One frontend as the engine sees it: its channel, its slabs, its requests in flight.
 
-Each request is one task running the core's own ``infer`` / ``stream_infer``, so
-batching, sequences, statistics and model control behave exactly as in one process.
-Every request id ends with exactly one terminal message, also when it was cancelled
-(even before its task ran: ``_cancelled``): that is when the frontend may reuse the
-request's slab blocks. When the frontend goes away its requests are cancelled and its
-slabs dropped.
+A unary request to a model of one request per job (no shared memory, no response
+cache, not traced) is started while its frame is read (``InferenceServer.start_infer``)
+and answered from a callback when its job is done: no task, which the engine's one loop
+thread could not afford per request. Every other request is one task running the core's
+own ``infer`` / ``stream_infer``. Both are the core's own code, so batching, sequences,
+statistics and model control behave exactly as in one process. Every request id ends
+with exactly one terminal message, also when it was cancelled (even before its task
+ran: ``_cancelled``): that is when the frontend may reuse the request's slab blocks.
+When the frontend goes away its requests are cancelled and its slabs dropped.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from ..channel.messages import (
     encode_response,
 )
 from ..channel.slabs import Arena, ArenaMap
+from ..core.unary import UnaryCall
 from ..errors import Internal, ServerError
 from ..telemetry.spans import begin_request
 from ..telemetry.tracing import Tracing
-from ..types import InferRequest
+from ..types import InferRequest, InferResponse
 
 __all__ = ["FrontendConnection"]
 
@@ -75,12 +79,13 @@ class FrontendConnection:
         self._responses = responses
         self._on_closed = on_closed
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._unary: dict[int, UnaryCall] = {}  # started by start_infer, not yet answered
         self.channel = Channel(self._received, self._lost)
         self.closed = asyncio.get_running_loop().create_future()
 
     @property
     def inflight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + len(self._unary)
 
     @property
     def response_slab_bytes(self) -> int:
@@ -96,6 +101,17 @@ class FrontendConnection:
             if op == INFER:
                 rid = message[1]
                 request = decode_request(message[2], self._requests)
+                if not self._tracing.active:
+                    try:
+                        call = self._core.start_infer(
+                            request, functools.partial(self._answered, rid)
+                        )
+                    except BaseException as exc:  # a refusal: answered now
+                        self.channel.send((ERROR, rid, portable(exc)))
+                        continue
+                    if call is not None:
+                        self._unary[rid] = call
+                        continue
                 self._tasks[rid] = loop.create_task(self._infer(rid, request, message[3]))
             elif op == STREAM:
                 rid = message[1]
@@ -106,6 +122,11 @@ class FrontendConnection:
                 for offset in message[1]:
                     free(offset)
             elif op == CANCEL:
+                unary = self._unary.pop(message[1], None)
+                if unary is not None:
+                    unary.cancel()
+                    self.channel.send((ERROR, message[1], None))
+                    continue
                 task = self._tasks.get(message[1])
                 if task is not None:
                     task.cancel()
@@ -125,6 +146,19 @@ class FrontendConnection:
         if self._tasks.get(rid) is task:
             del self._tasks[rid]
             self.channel.send((ERROR, rid, None))
+
+    def _answered(
+        self, rid: int, response: InferResponse | None, error: BaseException | None
+    ) -> None:
+        """A started unary request's answer (``UnaryCall``: once, unless cancelled)."""
+        del self._unary[rid]
+        if response is not None:
+            try:
+                self.channel.send((RESULT, rid, encode_response(response, self._responses)))
+                return
+            except BaseException as exc:  # every request ends with an answer
+                error = exc
+        self.channel.send((ERROR, rid, portable(error or Internal("no response"))))
 
     async def _infer(self, rid: int, request: InferRequest, carrier: Any) -> None:
         send = self.channel.send
@@ -192,6 +226,9 @@ class FrontendConnection:
         """The frontend is gone: its requests are cancelled and its slabs dropped."""
         for task in list(self._tasks.values()):
             task.cancel()
+        unary, self._unary = self._unary, {}
+        for call in unary.values():
+            call.cancel()
         self._requests.close()
         self._responses.close()
         if not self.closed.done():

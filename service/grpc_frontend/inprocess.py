@@ -30,6 +30,7 @@ class LocalCore:
         self.server = server
         self.infer = server.infer
         self.stream_infer = server.stream_infer
+        self.start_infer = server.start_infer  # the engine's frame handler (not CoreApi)
 
     async def is_live(self) -> bool:
         return self.server.is_live()

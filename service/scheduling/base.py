@@ -13,7 +13,7 @@ from ..statistics import BatchTimings
 if TYPE_CHECKING:
     from .responses import StreamSender
 
-__all__ = ["Array", "ExecutionResult", "Job", "Scheduler", "SequenceHolder"]
+__all__ = ["Array", "Enqueuing", "ExecutionResult", "Job", "Scheduler", "SequenceHolder"]
 
 
 @dataclass(slots=True, eq=False)
@@ -79,6 +79,26 @@ class Scheduler(Protocol):
     async def stop(self) -> None:
         """Wait for accepted jobs to finish, then release the instances."""
         ...
+
+
+class Enqueuing:
+    """A scheduler whose jobs can be waited on without a task: the engine answers the
+    requests of a frame from callbacks on each job's future (core/unary.py), since an
+    asyncio task per request cost its loop more than the scheduling itself. The
+    schedulers of one request per job (default, dynamic batching) are; sequences and
+    ensembles are awaited through ``submit``."""
+
+    __slots__ = ()
+
+    def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
+        """Accept ``job`` (or raise the refusal); the future gets its outcome. The job
+        counts as in flight until the future is settled or ``abandon`` is called."""
+        raise NotImplementedError
+
+    def abandon(self, job: Job) -> None:
+        """The caller of an enqueued ``job`` stopped waiting (cancelled, deadline, its
+        frontend gone): dropped if it has not run, counted where it ends otherwise."""
+        raise NotImplementedError
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ from ..backends.base import ModelInstance, RequestInstance
 from ..errors import Unavailable
 from ..statistics import BatchTimings, ModelStats
 from .abandoned import caller_left
-from .base import ExecutionResult, Job
+from .base import Enqueuing, ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
 from .delivery import outcome_of, settle
 from .inflight import InFlight
@@ -28,7 +28,7 @@ __all__ = ["DefaultScheduler"]
 Outcome = tuple[list[JobOutputs], BatchTimings] | None  # None: skipped, its caller had left
 
 
-class DefaultScheduler:
+class DefaultScheduler(Enqueuing):
     def __init__(
         self, pool: InstancePool, stats: ModelStats, clock: Callable[[], int] = time.monotonic_ns
     ) -> None:
@@ -47,18 +47,33 @@ class DefaultScheduler:
         return self._inflight.count
 
     async def submit(self, job: Job) -> ExecutionResult:
+        future = self.enqueue(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
+
+    def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
+        """Queue ``job``; its future gets the outcome (``submit`` without a task: a
+        caller that stops waiting calls ``abandon``)."""
         if self._stopping:
             raise Unavailable("model is unloading: new requests are refused")
-        with self._inflight:
-            future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-            job.future = future
-            job.enqueue_ns = self._clock()
-            self._pool.submit(lambda instance: self._execute(job, instance), self._deliver(job))
-            try:
-                return await future
-            except asyncio.CancelledError:
-                caller_left(self._stats, self._claims, job, future, self._clock())
-                raise
+        future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        job.future = future
+        job.enqueue_ns = self._clock()
+        self._inflight.enter()
+        self._pool.submit(lambda instance: self._execute(job, instance), self._deliver(job))
+        return future
+
+    def abandon(self, job: Job) -> None:
+        """The caller of ``job`` stopped waiting: dropped if no thread took it yet,
+        counted where it ends otherwise (``abandoned.caller_left``)."""
+        future = job.future
+        assert future is not None
+        if future.cancel() or future.cancelled():  # not settled: it leaves the count here
+            self._inflight.leave()
+        caller_left(self._stats, self._claims, job, future, self._clock())
 
     def _execute(self, job: Job, instance: ModelInstance | RequestInstance) -> Outcome:
         """In an instance thread."""
@@ -71,13 +86,15 @@ class DefaultScheduler:
     def _deliver(self, job: Job) -> Callable[[Any, BaseException | None], None]:
         def deliver(outcome: Outcome, error: BaseException | None) -> None:
             if error is not None:
-                settle(self._stats, job, error, self._clock)
+                if settle(self._stats, job, error, self._clock):
+                    self._inflight.leave()
                 return
             if outcome is None:  # skipped: its leaving caller counted it
                 return
             outputs, timings = outcome
             self._stats.record_execution(job.size, timings)
-            settle(self._stats, job, outcome_of(job, outputs[0], timings), self._clock)
+            if settle(self._stats, job, outcome_of(job, outputs[0], timings), self._clock):
+                self._inflight.leave()
 
         return deliver
 

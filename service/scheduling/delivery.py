@@ -35,13 +35,18 @@ def settle(
     job: Job,
     outcome: ExecutionResult | BaseException,
     clock: Callable[[], int],
-) -> None:
-    """Give ``outcome`` to the job's caller, or count it when the caller has left."""
+) -> bool:
+    """Give ``outcome`` to the job's caller, or count it when the caller has left.
+
+    True when the caller got it: the job's future is done only now, so the scheduler
+    counts the job out of its in-flight work here (else its ``abandon`` did)."""
     future = job.future
     if future is not None and not future.done():
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
         else:
             future.set_result(outcome)
-    elif caller_gone(job):  # it ran after its caller left: counted here
+        return True
+    if caller_gone(job):  # it ran after its caller left: counted here
         count_abandoned(stats, job, outcome, clock())
+    return False

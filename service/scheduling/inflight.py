@@ -34,5 +34,13 @@ class InFlight:
         if not self.count:
             self._idle.set()
 
+    # Work not bounded by one block (a job whose caller is a callback, not a task).
+    enter = __enter__
+
+    def leave(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._idle.set()
+
     async def drained(self) -> None:
         await self._idle.wait()

@@ -20,7 +20,7 @@ from ...backends.base import RequestInstance
 from ...errors import Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import count_if_delivered_too_late
-from ..base import ExecutionResult, Job
+from ..base import Enqueuing, ExecutionResult, Job
 from ..batch import JobOutputs, execute_batch
 from ..delivery import batch_failure, outcome_of, settle
 from ..hooks import DELAY_ENV, Driver, hold_count
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], int]
 
 
-class DynamicBatchScheduler:
+class DynamicBatchScheduler(Enqueuing):
     def __init__(
         self,
         config: mc.ModelConfig,
@@ -66,22 +66,35 @@ class DynamicBatchScheduler:
         return self._inflight
 
     async def submit(self, job: Job) -> ExecutionResult:
+        future = self.enqueue(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
+
+    def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
+        """Queue ``job``; its future gets the outcome (``submit`` without a task: a
+        caller that stops waiting calls ``abandon``)."""
         if self._stopping:
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
-        loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
         self._queues.push(job, job.enqueue_ns)  # may refuse: queue full
-        job.future = loop.create_future()
+        future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        job.future = future
         self._inflight += 1
         self._driver.wake()
-        try:
-            return await job.future
-        except asyncio.CancelledError:
-            self._driver.wake()  # drop it from the queue now, not at the next event
-            count_if_delivered_too_late(self._stats, job, job.future, self._clock())
-            raise
-        finally:
+        return future
+
+    def abandon(self, job: Job) -> None:
+        """The caller of ``job`` stopped waiting: a queued job is dropped at the next
+        step (now), one delivered but not yet read is counted here."""
+        future = job.future
+        assert future is not None
+        if future.cancel() or future.cancelled():  # not settled: it leaves the count here
             self._inflight -= 1
+        self._driver.wake()  # drop it from the queue now, not at the next event
+        count_if_delivered_too_late(self._stats, job, future, self._clock())
 
     def _released(self) -> None:
         """A freed instance matters only to queued jobs: with none, no step is needed."""
@@ -151,13 +164,15 @@ class DynamicBatchScheduler:
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         if not self._preserve_ordering:  # the common case: deliver now, no partials
             for job, out in zip(jobs, outputs, strict=True):
-                settle(self._stats, job, outcome_of(job, out, timings), self._clock)
+                if settle(self._stats, job, outcome_of(job, out, timings), self._clock):
+                    self._inflight -= 1
             return
         for job, out in zip(jobs, outputs, strict=True):
             self._complete(job, functools.partial(self._settle, job, outcome_of(job, out, timings)))
 
     def _settle(self, job: Job, outcome: ExecutionResult | BaseException) -> None:
-        settle(self._stats, job, outcome, self._clock)
+        if settle(self._stats, job, outcome, self._clock):
+            self._inflight -= 1
 
     def _complete(self, job: Job, deliver: Callable[[], None]) -> None:
         """Deliver now, or, with preserve_ordering, once every earlier job is delivered."""

@@ -25,7 +25,7 @@ from inference import model_config_pb2 as mc
 from ...errors import Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import caller_left
-from ..base import ExecutionResult, Job
+from ..base import Enqueuing, ExecutionResult, Job
 from ..batch import JobOutputs, execute_batch
 from ..delivery import batch_failure, outcome_of, settle
 from ..inflight import InFlight
@@ -59,7 +59,7 @@ def drains(config: mc.ModelConfig, ragged: bool, hold: int) -> bool:
     )
 
 
-class DrainBatchScheduler:
+class DrainBatchScheduler(Enqueuing):
     def __init__(
         self,
         config: mc.ModelConfig,
@@ -85,20 +85,34 @@ class DrainBatchScheduler:
         return self._inflight.count
 
     async def submit(self, job: Job) -> ExecutionResult:
+        future = self.enqueue(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
+
+    def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
+        """Queue ``job``; its future gets the outcome (``submit`` without a task: a
+        caller that stops waiting calls ``abandon``)."""
         if self._stopping:
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
-        with self._inflight:
-            future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-            job.future = future
-            job.enqueue_ns = self._clock()
-            with self._claims:
-                self._pending.append(job)
-            self._pool.submit(self._drain, self._finished)
-            try:
-                return await future
-            except asyncio.CancelledError:
-                caller_left(self._stats, self._claims, job, future, self._clock())
-                raise
+        future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        job.future = future
+        job.enqueue_ns = self._clock()
+        self._inflight.enter()
+        with self._claims:
+            self._pending.append(job)
+        self._pool.submit(self._drain, self._finished)
+        return future
+
+    def abandon(self, job: Job) -> None:
+        """The caller of ``job`` stopped waiting (``abandoned.caller_left``)."""
+        future = job.future
+        assert future is not None
+        if future.cancel() or future.cancelled():  # not settled: it leaves the count here
+            self._inflight.leave()
+        caller_left(self._stats, self._claims, job, future, self._clock())
 
     def _drain(self, instance: Instance) -> Outcome | object:
         """In an instance thread: the pending jobs, in order, while they fit and agree."""
@@ -134,12 +148,14 @@ class DrainBatchScheduler:
         if done is None:
             failure = batch_failure(failed)
             for job in jobs:
-                settle(self._stats, job, failure, self._clock)
+                if settle(self._stats, job, failure, self._clock):
+                    self._inflight.leave()
             return
         outputs, timings = done
         self._stats.record_execution(sum(j.size for j in jobs), timings)
         for job, out in zip(jobs, outputs, strict=True):
-            settle(self._stats, job, outcome_of(job, out, timings), self._clock)
+            if settle(self._stats, job, outcome_of(job, out, timings), self._clock):
+                self._inflight.leave()
 
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""
