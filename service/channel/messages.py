@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 # Frontend -> engine
-INFER = 1  # (INFER, rid, request, trace carrier or None)
-STREAM = 2  # (STREAM, rid, request, trace carrier or None)
+INFER = 1  # (INFER, rid, request, trace carrier or None, core.checked.Checked or None)
+STREAM = 2  # (STREAM, rid, request, trace carrier or None, None)
 CANCEL = 3  # (CANCEL, rid)
 CALL = 4  # (CALL, rid, method name, args)
 FREE = 5  # (FREE, [offsets]): response blocks the frontend has copied out
@@ -50,7 +50,7 @@ ITEM = 12  # (ITEM, rid, response): one response of a stream
 END = 13  # (END, rid): the stream is complete
 ERROR = 14  # (ERROR, rid, exception or None when the request was cancelled)
 REPLY = 15  # (REPLY, rid, value)
-EVENT = 16  # (EVENT, kind, value): settings and shutdown broadcast to every frontend
+EVENT = 16  # (EVENT, kind, value): settings, models and shutdown broadcast to frontends
 
 
 def _names(cls: type) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
@@ -30,6 +30,7 @@ from ..shm import (
 from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
+from .checked import Checked, Snapshot, checked_job, snapshot
 from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
@@ -331,12 +332,23 @@ class InferenceServer:
             self._admit_while_stopping(request)
         return await self._infer(request)
 
-    def start_infer(self, request: InferRequest, answered: Answered) -> UnaryCall | None:
+    def watch_models(self, changed: Callable[[], None]) -> None:
+        """``changed`` is called whenever the loaded versions may have changed."""
+        self._models.on_change = changed
+
+    def models_snapshot(self) -> Snapshot:
+        """The ready versions as frontends validate requests against them."""
+        return snapshot(self._models.loaded())
+
+    def start_infer(
+        self, request: InferRequest, answered: Answered, checked: Checked | None = None
+    ) -> UnaryCall | None:
         """``infer`` without a task, for the engine's frame handler: the request is
         checked and handed to its scheduler now, and ``answered`` gets its response or
         error from a callback (core/unary.py). A refusal raises here, as ``infer`` raises
         it. None: the request needs ``infer`` itself (shared memory, the response cache,
-        a sequence or ensemble scheduler)."""
+        a sequence or ensemble scheduler). ``checked``: a frontend validated it
+        (core/checked.py); against this very version, only its job is built here."""
         if not self._accepting_unary:
             self._admit_while_stopping(request)
         start = time.monotonic_ns()
@@ -352,7 +364,10 @@ class InferenceServer:
             or uses_shared_memory(request)
         ):
             return None
-        job = prepare_job(model, request)
+        if checked is not None and checked[0] == model.generation:
+            job = checked_job(model, request, checked)
+        else:  # not checked, or against a version since replaced: checked here
+            job = prepare_job(model, request)
         try:
             future = scheduler.enqueue(job)
         except ServerError as exc:

@@ -11,7 +11,7 @@ import asyncio
 import enum
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -88,6 +88,9 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._staging = StagingArea()
         self._runner: StepRunner | None = None
+        # Called whenever the set of loaded versions may have changed (the engine then
+        # sends its frontends a new snapshot of the models: core/checked.py).
+        self.on_change: Callable[[], None] = lambda: None
 
     def attach_runner(self, runner: StepRunner) -> None:
         """Ensembles run their steps through the core's infer (set by the composition root)."""
@@ -336,6 +339,7 @@ class ModelManager:
         async with self._lock(name):
             entry = self._models.pop(name, None)
             self._unloaded.add(name)
+            self.on_change()
             if entry is not None:
                 await self._retire(entry)
                 log.info("unloaded '%s'", name)
@@ -363,6 +367,7 @@ class ModelManager:
             return entry
         self._models[name] = entry
         self._unloaded.discard(name)
+        self.on_change()
         if old is not None:
             await self._retire(old)
         if staged and not entry.ready_versions():  # a failed load's staged copy goes now

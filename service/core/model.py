@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 from dataclasses import dataclass, field
 
 from inference import model_config_pb2 as mc
@@ -15,6 +16,9 @@ from ..statistics import ModelStats
 from ..types import TensorSpec
 
 __all__ = ["IOSpec", "ModelEntry", "ModelState", "ModelVersion", "io_specs"]
+
+
+_GENERATIONS = itertools.count(1)
 
 
 class ModelState(enum.Enum):
@@ -86,6 +90,9 @@ class ModelVersion:
     # Classification labels by output name (core/labels.py), read at load time.
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     leases: int = 0  # requests that picked this version and have not finished
+    # Tells this load of the version from any other (a reload makes a new one): what a
+    # frontend validated a request against (core/checked.py).
+    generation: int = field(default_factory=lambda: next(_GENERATIONS))
     _unleased: asyncio.Event | None = field(default=None, repr=False)
     _lease: _Lease | None = field(default=None, repr=False, compare=False)
 

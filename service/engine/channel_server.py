@@ -44,6 +44,9 @@ class EngineServer:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._events: list[tuple[str, Any]] = []  # shutdown events, replayed to latecomers
+        self._server = core
+        self._models_due = False
+        core.watch_models(self._models_changed)
 
     async def start(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -84,6 +87,8 @@ class EngineServer:
         loop = asyncio.get_running_loop()
         await loop.connect_accepted_socket(lambda: connection.channel, sock)
         self.connections.add(connection)
+        # Taken now, not in the handshake: a change during the handshake is in it.
+        connection.send((EVENT, "models", self._server.models_snapshot()))
         for kind, value in self._events:
             connection.send((EVENT, kind, value))
         log.debug("frontend %s connected", name, extra={"verbose": 1})
@@ -97,6 +102,18 @@ class EngineServer:
             connection.inflight,
             extra={"verbose": 1},
         )
+
+    def _models_changed(self) -> None:
+        """The loaded versions changed: every frontend gets the new snapshot, once for
+        whatever changed in this loop iteration (a start-up loads many at once)."""
+        if not self._models_due:
+            self._models_due = True
+            asyncio.get_running_loop().call_soon(self._send_models)
+
+    def _send_models(self) -> None:
+        self._models_due = False
+        if self.connections:
+            self.broadcast("models", self._server.models_snapshot())
 
     def broadcast(self, kind: str, value: Any = None, *, replay: bool = False) -> None:
         """Send an event to every frontend; ``replay``: also to those that connect later."""

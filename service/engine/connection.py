@@ -104,7 +104,7 @@ class FrontendConnection:
                 if not self._tracing.active:
                     try:
                         call = self._core.start_infer(
-                            request, functools.partial(self._answered, rid)
+                            request, functools.partial(self._answered, rid), message[4]
                         )
                     except BaseException as exc:  # a refusal: answered now
                         self.channel.send((ERROR, rid, portable(exc)))

@@ -37,6 +37,7 @@ from ..channel.messages import (
     encode_request,
 )
 from ..channel.slabs import DEFAULT_ARENA_BYTES, Arena, ArenaMap
+from ..core.checked import Checked, ModelSnapshot
 from ..core.index import IndexEntry
 from ..core.inference_server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import Cancelled, Unavailable
@@ -83,6 +84,7 @@ class EngineClient:
         self._freed: list[int] = []
         self._lost: BaseException | None = None
         self.state: dict[str, Any] = {}
+        self.models = ModelSnapshot()  # the engine's models, to validate requests against
         self.on_event: Callable[[str, Any], None] = lambda kind, value: None
         self.lost: asyncio.Future[None] | None = None
 
@@ -131,7 +133,10 @@ class EngineClient:
         for message in messages:
             op = message[0]
             if op == EVENT:
-                self.on_event(message[1], message[2])
+                if message[1] == "models":
+                    self.models.update(message[2])
+                else:
+                    self.on_event(message[1], message[2])
                 continue
             entry = self._pending.get(message[1])
             if entry is None:
@@ -183,11 +188,13 @@ class EngineClient:
         if self.lost is not None and not self.lost.done():
             self.lost.set_result(None)
 
-    def _start(self, op: int, request: InferRequest, entry: _Pending) -> int:
+    def _start(
+        self, op: int, request: InferRequest, entry: _Pending, checked: Checked | None = None
+    ) -> int:
         rid = next(self._ids)
         try:
             values = encode_request(request, self._arena, entry.blocks)
-            self._send((op, rid, values, _CARRIER.get()))
+            self._send((op, rid, values, _CARRIER.get(), checked))
         except BaseException:
             for offset in entry.blocks:
                 self._arena.free(offset)
@@ -206,7 +213,9 @@ class EngineClient:
     async def infer(self, request: InferRequest) -> InferResponse:
         entry = _Pending()
         future = entry.future = asyncio.get_running_loop().create_future()
-        rid = self._start(INFER, request, entry)
+        # Validated here when this frontend can (core/checked.py): the engine's loop then
+        # only builds the job.
+        rid = self._start(INFER, request, entry, self.models.check(request))
         try:
             result: InferResponse = await future
         except asyncio.CancelledError:

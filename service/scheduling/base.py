@@ -90,6 +90,15 @@ class Enqueuing:
 
     __slots__ = ()
 
+    async def submit(self, job: Job) -> ExecutionResult:
+        """``Scheduler.submit``: the same job awaited by a task."""
+        future = self.enqueue(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(job)
+            raise
+
     def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
         """Accept ``job`` (or raise the refusal); the future gets its outcome. The job
         counts as in flight until the future is settled or ``abandon`` is called."""

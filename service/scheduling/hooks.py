@@ -33,11 +33,15 @@ class Driver:
         self._scheduled = False
         self._closed = False
         self._timer = WakeTimer(self.wake)
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound at the first wake
 
     def wake(self) -> None:
         if not self._scheduled and not self._closed:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run)
+            loop = self._loop
+            if loop is None:  # once: get_running_loop costs a system call on 3.11
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._run)
 
     def _run(self) -> None:
         self._scheduled = False

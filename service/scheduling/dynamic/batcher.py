@@ -65,14 +65,6 @@ class DynamicBatchScheduler(Enqueuing):
     def inflight(self) -> int:
         return self._inflight
 
-    async def submit(self, job: Job) -> ExecutionResult:
-        future = self.enqueue(job)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self.abandon(job)
-            raise
-
     def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
         """Queue ``job``; its future gets the outcome (``submit`` without a task: a
         caller that stops waiting calls ``abandon``)."""
@@ -80,7 +72,7 @@ class DynamicBatchScheduler(Enqueuing):
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
         job.enqueue_ns = self._clock()
         self._queues.push(job, job.enqueue_ns)  # may refuse: queue full
-        future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ExecutionResult] = self._pool.mailbox().loop.create_future()
         job.future = future
         self._inflight += 1
         self._driver.wake()

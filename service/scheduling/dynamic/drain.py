@@ -84,20 +84,12 @@ class DrainBatchScheduler(Enqueuing):
     def inflight(self) -> int:
         return self._inflight.count
 
-    async def submit(self, job: Job) -> ExecutionResult:
-        future = self.enqueue(job)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self.abandon(job)
-            raise
-
     def enqueue(self, job: Job) -> asyncio.Future[ExecutionResult]:
         """Queue ``job``; its future gets the outcome (``submit`` without a task: a
         caller that stops waiting calls ``abandon``)."""
         if self._stopping:
             raise Unavailable(f"model '{self._name}' is unloading: new requests are refused")
-        future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ExecutionResult] = self._pool.mailbox().loop.create_future()
         job.future = future
         job.enqueue_ns = self._clock()
         self._inflight.enter()

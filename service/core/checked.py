@@ -1,0 +1,123 @@
+"""Requests validated in a frontend against a snapshot of the engine's models.
+
+The engine's one loop thread is the server's narrowest resource, and Triton's validation
+(names, datatypes, shapes, byte sizes, batch size, requested outputs) was the largest
+piece of Python it ran per request. Each frontend therefore holds every ready model
+version's configuration (``ModelSnapshot``, broadcast by the engine whenever its models
+change) and runs the very same ``prepare_job`` on a plain request before sending it. A
+request that passes crosses with a ``Checked`` mark: the version's generation, its batch
+size and its outputs; the engine, finding that same generation loaded, builds the job's
+arrays over the request's bytes without checking them again (``checked_job``).
+
+The engine stays the authority. A request the frontend could not check (a model it does
+not know yet, shared memory, parameters, BYTES tensors), one that failed there, or one
+whose version has since been replaced is validated in the engine as before, so every
+error text, and every refusal of a request checked against an older configuration,
+comes from the configuration actually loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from inference import model_config_pb2 as mc
+from wire import datatypes
+
+from ..errors import ServerError
+from ..scheduling.base import Array, Job
+from ..types import InferRequest
+from .model import ModelVersion, io_specs
+from .validation import prepare_job
+
+__all__ = ["Checked", "ModelSnapshot", "checked_job", "snapshot"]
+
+#: (generation, batch size, the outputs to compute or None for all of them)
+Checked = tuple[int, int, list[str] | None]
+
+#: name -> (the version "" resolves to, {version: (generation, serialized config)})
+Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes]]]]
+
+
+def snapshot(versions: Iterable[ModelVersion]) -> Snapshot:
+    """The engine's ready versions as frontends validate against them. Ensembles and
+    decoupled models are left out: their requests are validated step by step or stream
+    through the engine's own path."""
+    table: Snapshot = {}
+    for model in versions:
+        config = model.config
+        if config.platform == "ensemble" or config.model_transaction_policy.decoupled:
+            continue
+        latest, entries = table.setdefault(model.name, (0, {}))
+        entries[model.version] = (model.generation, config.SerializeToString())
+        table[model.name] = (max(latest, model.version), entries)
+    return table
+
+
+class _Version:
+    __slots__ = ("generation", "model")
+
+    def __init__(self, name: str, version: int, generation: int, config: bytes) -> None:
+        parsed = mc.ModelConfig.FromString(config)
+        self.model = ModelVersion(name, version, parsed)
+        self.model.inputs = io_specs(list(parsed.input))
+        self.model.outputs = io_specs(list(parsed.output))
+        self.generation = generation
+
+
+class ModelSnapshot:
+    """A frontend's copy of the engine's models (``snapshot``), by the version strings
+    requests name them with ("" for the latest ready one)."""
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[str, str], _Version] = {}
+
+    def update(self, table: Snapshot) -> None:
+        old = {(k[0], v.model.version): v for k, v in self._versions.items()}
+        versions: dict[tuple[str, str], _Version] = {}
+        for name, (latest, entries) in table.items():
+            for number, (generation, config) in entries.items():
+                known = old.get((name, number))
+                if known is None or known.generation != generation:
+                    known = _Version(name, number, generation, config)
+                versions[(name, str(number))] = known
+                if number == latest:
+                    versions[(name, "")] = known
+        self._versions = versions
+
+    def check(self, request: InferRequest) -> Checked | None:
+        """Validate ``request`` here; None when the engine must (see the module's text)."""
+        known = self._versions.get((request.model_name, request.model_version))
+        if known is None or request.parameters:
+            return None
+        for tensor in request.inputs:
+            if tensor.raw is None or tensor.datatype == "BYTES" or tensor.parameters:
+                return None
+        for output in request.outputs:
+            if output.parameters:
+                return None
+        try:
+            job = prepare_job(known.model, request)
+        except ServerError:
+            return None  # the engine refuses it, in the words of the config it has loaded
+        return (known.generation, job.batch_size, job.outputs if request.outputs else None)
+
+
+def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) -> Job:
+    """The job of a request a frontend validated against this very version: its arrays
+    over the request's bytes, in the model's shapes (``prepare_job`` without the checks)."""
+    _, batch_size, outputs = checked
+    specs = model.inputs
+    leading: tuple[int, ...] = (batch_size,) if model.batched else ()
+    inputs: dict[str, Array] = {}
+    for tensor in request.inputs:
+        spec = specs[tensor.name]
+        array: Any = np.frombuffer(tensor.raw, dtype=_NUMPY[spec.datatype])  # type: ignore[arg-type]
+        array = array.reshape(tensor.shape if spec.reshape is None else leading + spec.reshape)
+        inputs[tensor.name] = array
+    return Job(inputs, list(model.outputs) if outputs is None else outputs, batch_size, request.id)
+
+
+_NUMPY = {name: spec.numpy for name, spec in datatypes.DATATYPES.items() if name != "BYTES"}

@@ -1,0 +1,189 @@
+"""Requests validated in a frontend (core/checked.py): the job the engine builds from the
+mark is the job its own validation builds, and whatever the frontend cannot vouch for
+(failures, unusual requests, a version since replaced) is validated by the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import models
+import numpy as np
+import pytest
+
+from service.core.checked import ModelSnapshot, checked_job, snapshot
+from service.core.inference_server import InferenceServer
+from service.core.lifecycle import ControlMode, ModelManager
+from service.core.validation import prepare_job
+from service.engine.channel_server import EngineServer
+from service.errors import InvalidArgument
+from service.frontend.client import EngineClient
+from service.telemetry.settings import TraceSettings
+from service.telemetry.tracing import Tracing
+from service.types import InferRequest, InputTensor, RequestedOutput
+
+_RESHAPED = """name: "reshaped"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def _repository(root: Path) -> Path:
+    models.write_model(
+        root,
+        "add_sub",
+        models.add_sub_model("FP32", ["batch", 4]),
+        models.make_config(
+            "add_sub",
+            [("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
+            [("OUTPUT0", "FP32", [4]), ("OUTPUT1", "FP32", [4])],
+            max_batch_size=8,
+        ),
+    )
+    models.write_model(root, "reshaped", models.identity_model("FP32", ["batch", 2, 2]), _RESHAPED)
+    return root
+
+
+@pytest.fixture
+async def manager(tmp_path: Path) -> AsyncIterator[ModelManager]:
+    manager = ModelManager([_repository(tmp_path)], mode=ControlMode.EXPLICIT)
+    InferenceServer(manager)
+    await manager.load("add_sub")
+    await manager.load("reshaped")
+    yield manager
+    await manager.unload_all()
+
+
+def _tensor(name: str, array: np.ndarray) -> InputTensor:
+    return InputTensor(name, "FP32", array.shape, raw=array.tobytes())
+
+
+def _add_sub(rows: int = 2, **changes: object) -> InferRequest:
+    a = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    request = InferRequest(
+        model_name="add_sub", id="r", inputs=[_tensor("INPUT0", a), _tensor("INPUT1", a + 1)]
+    )
+    for key, value in changes.items():
+        setattr(request, key, value)
+    return request
+
+
+def _frontend(manager: ModelManager) -> ModelSnapshot:
+    table = ModelSnapshot()
+    table.update(snapshot(manager.loaded()))
+    return table
+
+
+async def test_the_checked_job_is_the_job_the_engine_would_build(manager: ModelManager) -> None:
+    table = _frontend(manager)
+    requests = [
+        _add_sub(),
+        _add_sub(outputs=[RequestedOutput("OUTPUT1")]),
+        InferRequest(
+            model_name="reshaped",
+            model_version="1",
+            inputs=[_tensor("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 4))],
+        ),
+    ]
+    for request in requests:
+        checked = table.check(request)
+        assert checked is not None, request
+        model = manager.get(request.model_name, request.model_version)
+        assert checked[0] == model.generation
+        want = prepare_job(model, request)
+        got = checked_job(model, request, checked)
+        assert (got.batch_size, got.outputs, got.request_id) == (
+            want.batch_size,
+            want.outputs,
+            want.request_id,
+        )
+        assert got.inputs.keys() == want.inputs.keys()
+        for name, array in want.inputs.items():
+            assert got.inputs[name].shape == array.shape and got.inputs[name].dtype == array.dtype
+            np.testing.assert_array_equal(got.inputs[name], array)
+
+
+async def test_what_the_frontend_cannot_vouch_for_is_left_to_the_engine(
+    manager: ModelManager,
+) -> None:
+    table = _frontend(manager)
+    bad_type = _add_sub()
+    bad_type.inputs[0].datatype = "INT32"
+    bad_shape = _add_sub()
+    bad_shape.inputs[1].shape = (2, 5)
+    unusual = [
+        bad_type,  # fails: the engine refuses it, in its own config's words
+        bad_shape,
+        _add_sub(rows=9),  # over max_batch_size
+        _add_sub(model_name="unknown"),
+        _add_sub(model_version="7"),
+        _add_sub(parameters={"priority": 1}),  # parameters: the engine reads them
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 1})]),
+    ]
+    for request in unusual:
+        assert table.check(request) is None, request
+
+
+async def test_a_replaced_version_is_validated_again_by_the_engine(
+    manager: ModelManager,
+) -> None:
+    """A frontend checked the request against the version it knew; the engine has since
+    reloaded it (a new generation): the engine validates, so a request the new config
+    refuses gets the refusal, with Triton's text."""
+    core = InferenceServer(manager)
+    stale = _frontend(manager)
+    request = _add_sub(rows=2)
+    checked = stale.check(request)
+    assert checked is not None
+    await manager.load(
+        "add_sub",
+        override=_config(manager, max_batch_size=1),
+    )
+    assert manager.get("add_sub").generation != checked[0]
+    with pytest.raises(InvalidArgument, match="batch-size must be <= 1 for 'add_sub'"):
+        core.start_infer(request, lambda response, error: None, checked)
+
+
+def _config(manager: ModelManager, max_batch_size: int) -> object:
+    config = type(manager.config("add_sub"))()
+    config.CopyFrom(manager.config("add_sub"))
+    config.max_batch_size = max_batch_size
+    return config
+
+
+async def test_frontends_follow_loads_and_unloads(manager: ModelManager) -> None:
+    core = InferenceServer(manager)
+    address = f"\0test-checked-{os.getpid()}-{secrets.token_hex(4)}"
+    engine = EngineServer(address, core, Tracing(TraceSettings()), None, arena_bytes=1 << 20)
+    await engine.start()
+    client = EngineClient(address, 1, arena_bytes=1 << 20)
+    await client.connect()
+    try:
+        for _ in range(200):
+            if client.models.check(_add_sub()) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert client.models.check(_add_sub()) is not None
+        response = await client.infer(_add_sub())
+        assert [o.name for o in response.outputs] == ["OUTPUT0", "OUTPUT1"]
+        await manager.unload("add_sub")
+        for _ in range(200):
+            if client.models.check(_add_sub()) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert client.models.check(_add_sub()) is None
+        assert client.models.check(
+            InferRequest(
+                model_name="reshaped",
+                inputs=[_tensor("INPUT0", np.ones((1, 4), np.float32))],
+            )
+        )
+    finally:
+        client.close()
+        await engine.close()
