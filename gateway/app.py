@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from .local_rpc import LocalChannel
 from .messages import HttpRequest, HttpResponse, error_response
 from .openapi import docs_page, openapi_document
 from .routes import Binding, Route, Router, load_routes, load_v1_routes
+from .service_link import ServiceLink
 from .tracing import TRACED_RPCS, Tracing
 
 if TYPE_CHECKING:
@@ -42,8 +44,8 @@ log = logging.getLogger(__name__)
 
 _HTML = (b"content-type", b"text/html; charset=utf-8")
 _JSON = (b"content-type", b"application/json")
-#: Routes still forwarded while the gateway drains (liveness, per-model readiness).
-_WHILE_DRAINING = frozenset({"ServerLive", "ModelReady"})
+#: At start, how long the service gets to take the gateway's link call (service_link.py).
+_LINK_WAIT_S = 1.0
 
 
 def _version() -> str:
@@ -69,20 +71,23 @@ class GatewayApp:
         self._channel: ServiceChannel | None = None
         self._local: LocalChannel | None = None
         self._handlers: Handlers | None = None
-        #: Set at SIGTERM: readiness answers 400 and new requests are refused.
-        self.draining = False
-        self._stop_by: float | None = None  # monotonic deadline, set at SIGTERM
-        self._refuse_from = 0.0  # monotonic; new requests get 503 from then on
+        self._stop_by: float | None = None  # monotonic deadline, set when the stop begins
+        self._link: ServiceLink | None = None
 
-    def begin_drain(self, lame_duck_s: float = 0.0) -> None:
-        """Readiness false from now on; requests already running go on, and new ones on
-        open connections are still served for ``lame_duck_s`` seconds (they were sent
-        before the caller could know: a balancer's connection accepted just before the
-        listener closed), then refused with 503."""
-        self.draining = True
-        now = time.monotonic()
-        self._stop_by = now + self.config.exit_timeout_secs
-        self._refuse_from = now + lame_duck_s
+    def begin_drain(self, exit_timeout: float) -> None:
+        """The stop began (``server.py``): requests on open connections are still served,
+        as Triton's HTTP endpoint serves them until they close; the exit timeout bounds
+        the span flush at exit."""
+        self._stop_by = time.monotonic() + exit_timeout
+
+    def follow_service(self, on_stop: Callable[[float], None]) -> ServiceLink | None:
+        """Follow the service's stop (``service_link.py``): ``on_stop(seconds)`` runs
+        when it begins. None before ``startup``."""
+        if self._channel is None:
+            return None
+        self._link = ServiceLink(self._channel.channel, on_stop)
+        self._link.start(_LINK_WAIT_S)
+        return self._link
 
     def startup(self) -> None:
         """Open the channel; it connects at the first call, so a service that is down is
@@ -102,6 +107,8 @@ class GatewayApp:
 
     def close_channel(self) -> None:
         """Close the channel: calls still running fail at once (``Channel closed``)."""
+        if self._link is not None:
+            self._link.close()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -150,14 +157,9 @@ class GatewayApp:
     def _respond(
         self, route: Route, binding: Binding, params: dict[str, str], request: HttpRequest
     ) -> HttpResponse:
-        """Check access and draining, inflate the body, and hand the request to its handler."""
+        """Check access, inflate the body, and hand the request to its handler."""
         headers = request.headers
         self.access.check(route.rpc, headers)  # before any RPC is made
-        if self.draining:
-            if route.rpc == "ServerReady":
-                return HttpResponse(400, headers=[])  # Triton's not-ready answer
-            if route.rpc not in _WHILE_DRAINING and time.monotonic() >= self._refuse_from:
-                raise GatewayError(503, "Server is stopping: the request was not started")
         encoding = headers.get("content-encoding")
         if request.body and encoding is not None and route.codec != hr.HTTP_CODEC_GENERATE:
             request.body = decompress(request.body, encoding, self.config.max_body_bytes)

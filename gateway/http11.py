@@ -129,6 +129,13 @@ class ServerState:
     def forget(self, connection: Connection) -> None:
         with self.lock:
             self.connections.discard(connection)
+            if not self.connections:
+                self.lock.notify_all()  # a stop waits for the last one (wait_no_connections)
+
+    def wait_no_connections(self, timeout: float) -> bool:
+        """Until no connection is open (Triton's HTTP stop counts them); False on timeout."""
+        with self.lock:
+            return self.lock.wait_for(lambda: not self.connections, timeout)
 
     def date_line(self) -> bytes:
         """The Date header, formatted once a second rather than per response."""

@@ -86,6 +86,16 @@ class HttpServer:
     def in_flight(self) -> int:
         return self.state.in_flight
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open now: parked, being answered, or their header arriving."""
+        with self.state.lock:
+            return len(self.state.connections)
+
+    def wait_no_connections(self, timeout: float) -> bool:
+        """Until every connection has closed; False on timeout."""
+        return self.state.wait_no_connections(timeout)
+
     def wait_idle(self, timeout: float) -> bool:
         """Until no request is being answered (streams included); False on timeout."""
         return self.state.wait_idle(timeout)

@@ -4,11 +4,15 @@ Logs ``Started HTTPService at HOST:PORT`` (Triton's wording) once it accepts req
 with ``--http-port 0`` that line is how callers learn the port. A port that cannot be
 bound, or an unusable certificate, is one error line and exit code 1.
 
-On the first SIGTERM/SIGINT, as the service does: readiness turns false and the listener
-closes at once (new connections are refused, so a load balancer moves to another
-replica), requests on open connections are still served for a lame-duck second and get
-503 after it, requests in flight get up to ``--exit-timeout-secs`` to finish, then the
-connections close. A second signal stops at once.
+On the first SIGTERM/SIGINT, or when the service it follows starts its stop
+(``service_link.py``), Triton's HTTP stop (src/http_server.cc, ``HTTPServer::Stop``): the
+listener closes (new connections are refused, so a load balancer moves to another
+replica), requests on the open connections are served as before, and once a second
+``Timeout N: Found M HTTP service connections`` is logged, counting the exit timeout down,
+until no connection is left or the timeout is spent; connections still open then are
+closed (a request still running has its RPC cancelled and a moment to answer 503). The
+seconds left go back to the service, whose core stop gets them. A second signal stops at
+once.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import logging
 import signal
 import ssl
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from .app import GatewayApp
@@ -34,10 +37,6 @@ log = logging.getLogger("gateway")
 
 #: After the exit timeout: how long requests whose RPC was cancelled get to answer.
 _CUT_OFF_GRACE = 0.5
-#: After SIGTERM closes the listener, requests arriving on open connections (a balancer's
-#: kept connection) are still served this long, at most half the exit timeout, as the
-#: service does (docs/architecture.md, "Start-up and shutdown").
-LAME_DUCK_S = 1.0
 
 
 def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
@@ -58,21 +57,30 @@ def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
 
 
 class _Stop:
-    """SIGTERM/SIGINT (or the workers' supervisor going away): the first drains, a
-    second one stops at once."""
+    """SIGTERM/SIGINT, the service's stop, or the workers' supervisor going away: the first
+    starts the HTTP stop with an exit timeout (the service's, or ours), a second signal
+    stops at once."""
 
-    def __init__(self, app: GatewayApp, lame_duck_s: float) -> None:
+    def __init__(self, app: GatewayApp, exit_timeout: float) -> None:
         self._app = app
-        self.lame_duck_s = lame_duck_s
+        self._exit_timeout = exit_timeout
+        self.seconds = exit_timeout
         self.requested = threading.Event()
         self.forced = threading.Event()
+        self._lock = threading.RLock()  # a second signal may come inside the first
 
     def __call__(self, *_: object) -> None:
-        if self.requested.is_set():
-            self.forced.set()
-            return
-        self._app.begin_drain(self.lame_duck_s)
-        self.requested.set()
+        self.begin(self._exit_timeout, signal=True)
+
+    def begin(self, seconds: float, *, signal: bool = False) -> None:
+        with self._lock:
+            if self.requested.is_set():
+                if signal:
+                    self.forced.set()
+                return
+            self.seconds = seconds
+            self._app.begin_drain(seconds)
+            self.requested.set()
 
 
 def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
@@ -94,9 +102,10 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     if context is not None:
         mutual = context.verify_mode == ssl.CERT_REQUIRED
         scheme = " (HTTPS, client certificates required)" if mutual else " (HTTPS)"
-    stop = _Stop(app, min(LAME_DUCK_S, config.exit_timeout_secs / 2))
+    stop = _Stop(app, config.exit_timeout_secs)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    link = app.follow_service(stop.begin)
     if worker is None:
         log.info("REST gateway in front of %s", config.upstream)
         log.info("Started HTTPService at %s:%d%s", host, port, scheme)
@@ -106,30 +115,36 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
         worker.serving(stop)
     while not stop.requested.wait(1.0):  # a timeout keeps signal handlers running
         pass
-    _drain(app, server, config.exit_timeout_secs, stop)
+    left = _stop_http(server, stop)
+    if link is not None:
+        link.report(left)  # the service's core stop gets what is left
+    _close(app, server, stop)
     app.shutdown()
     return 0
 
 
-def _drain(app: GatewayApp, server: HttpServer, exit_timeout: float, stop: _Stop) -> None:
-    """Close the listener, serve open connections for the lame duck, and let requests in
-    flight finish. Those still running at the exit timeout have their RPC cancelled and
-    get a last moment to answer 503 before the connections close."""
-    deadline = time.monotonic() + exit_timeout
-    forced = stop.forced
+def _stop_http(server: HttpServer, stop: _Stop) -> float:
+    """Triton's HTTP stop: no new connection, the open ones served while the exit timeout
+    counts down a second at a time (each second logged, as Triton logs it); returns the
+    seconds left. Ends early when the last connection closes."""
     server.stop_listening()
-    log.info(
-        "Stopping: readiness false, waiting up to %gs for %d in-flight request(s)",
-        exit_timeout,
-        server.in_flight,
-    )
-    forced.wait(stop.lame_duck_s)  # requests on open connections are still served
-    while not forced.is_set() and time.monotonic() < deadline:
-        if server.wait_idle(min(0.1, deadline - time.monotonic())):
+    left = stop.seconds
+    while left > 0 and not stop.forced.is_set():
+        count = server.open_connections
+        if not count:
             break
-    grace = 0.0 if forced.is_set() else max(0.1, deadline - time.monotonic())
+        log.info("Timeout %g: Found %d HTTP service connections", left, count)
+        server.wait_no_connections(min(1.0, left))
+        left = max(0.0, left - 1)
+    return left
+
+
+def _close(app: GatewayApp, server: HttpServer, stop: _Stop) -> None:
+    """Close what is still open: a request still running has its RPC cancelled and a
+    moment to answer (503) before its connection closes."""
+    grace = 0.0
     if server.in_flight:
         log.warning("Exit timeout: %d request(s) still in flight", server.in_flight)
         app.close_channel()
-        grace = 0.0 if forced.is_set() else _CUT_OFF_GRACE
+        grace = 0.0 if stop.forced.is_set() else _CUT_OFF_GRACE
     server.close(grace)

@@ -52,6 +52,11 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         log.info("Started Metrics Service at %s:%d", config.metrics.address, metrics_port)
     await stop.wait()
 
+    # First the REST gateways' HTTP connections, as Triton stops its HTTP endpoint first:
+    # they are served on, with everything else as before the signal, until none is left
+    # or the exit timeout is spent; the core's stop gets what is left of it.
+    log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
+    left = await frontend.stop_http(config.exit_timeout_secs)
     # Readiness false and the listener closed at once (a balancer moves to another
     # replica; new requests on open streams are refused), unary calls still sent on open
     # connections served for the lame duck, then refused too (but those of sequences in
@@ -59,8 +64,7 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     # streamed) and sequences in progress are drained, open streams end, the models are
     # unloaded, and the process ends with the endpoint still up (exiting.leave): its
     # connections close with it, and nobody gets grpc's CANCELLED.
-    log.info("shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs)
-    deadline = loop.time() + config.exit_timeout_secs
+    deadline = loop.time() + left
     runtime.stop_accepting()
     await frontend.set_serving(False)
     await frontend.close_listener()

@@ -122,7 +122,9 @@ class Runtime:
 
     def stop_accepting(self) -> None:
         """Readiness false and new stream requests refused; new unary ones too unless a
-        lame duck is set (``lame_duck``); repository polling ends."""
+        lame duck is set (``lame_duck``); repository polling ends. Triton's core logs
+        its line here, once the HTTP connections have gone (``stop_http``)."""
+        log.info("Waiting for in-flight requests to complete.")
         self.core.stop_accepting()
         if self._lame_duck_s() == 0:
             self.core.refuse_new()  # before the listener closes: nothing slips in

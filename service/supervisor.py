@@ -281,11 +281,25 @@ class Supervisor:
                 slot.process.kill()
                 slot.process.join()
 
+    def _await_core_stop(self, deadline: float) -> None:
+        """Until the engine's core stop begins (it reports ``stopping`` once the gateways'
+        HTTP connections are gone: their calls may still need new local connections
+        until then), it exits, or ``deadline``."""
+        assert self._engine is not None and self._engine_conn is not None
+        while True:
+            ready = wait(
+                [self._engine_conn, self._engine.sentinel], max(0.0, deadline - time.monotonic())
+            )
+            if self._engine_conn not in ready:
+                return  # it exited, or the deadline passed
+            kind, _ = _report(self._engine_conn)
+            if kind in ("stopping", _FAILED):
+                return
+
     def _stop(self) -> int:
         """The engine leads the graceful stop; frontends exit once it has drained."""
         assert self._engine is not None
         self.stopping = True
-        self._close_local()
         config = self._config
         log.info(
             "shutting down: waiting up to %.0fs for in-flight requests", config.exit_timeout_secs
@@ -293,6 +307,8 @@ class Supervisor:
         if self._engine.is_alive():
             os.kill(self._engine.pid or 0, signal.SIGTERM)
         deadline = time.monotonic() + config.exit_timeout_secs + _STOP_MARGIN
+        self._await_core_stop(deadline)
+        self._close_local()
         self._engine.join(max(0.0, deadline - time.monotonic()))
         if self._engine.is_alive():
             log.error("the engine did not stop in time: killing it")

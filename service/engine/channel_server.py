@@ -4,6 +4,7 @@ broadcasts what every frontend must follow (log settings, tracing on/off, shutdo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -24,6 +25,8 @@ __all__ = ["EngineServer"]
 log = logging.getLogger(__name__)
 
 _HANDSHAKE_SECONDS = 10.0
+#: Beyond the exit timeout, for the frontends' reports of their gateways' HTTP stop.
+_HTTP_REPORT_MARGIN_S = 3.0
 
 
 class EngineServer:
@@ -47,6 +50,10 @@ class EngineServer:
         self._server = core
         self._models_due = False
         core.watch_models(self._models_changed)
+        self._indices: dict[FrontendConnection, int] = {}
+        #: The stop's HTTP step: the seconds each frontend's gateways left, by index.
+        self._http_left: dict[int, float] = {}
+        self._http_changed = asyncio.Event()
 
     async def start(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -89,12 +96,15 @@ class EngineServer:
         self.connections.add(connection)
         # Taken now, not in the handshake: a change during the handshake is in it.
         connection.send((EVENT, "models", self._server.models_snapshot()))
+        self._indices[connection] = int(hello["index"])
         for kind, value in self._events:
             connection.send((EVENT, kind, value))
         log.debug("frontend %s connected", name, extra={"verbose": 1})
 
     def _closed(self, connection: FrontendConnection) -> None:
         self.connections.discard(connection)
+        self._indices.pop(connection, None)
+        self._http_changed.set()
         # Its requests still in the table (cancelled now): none after a graceful stop.
         log.debug(
             "frontend %s disconnected, %d requests in flight",
@@ -122,6 +132,31 @@ class EngineServer:
         for connection in self.connections:
             connection.send((EVENT, kind, value))
 
+    async def stop_http(self, seconds: float) -> float:
+        """Every frontend has its gateways stop their HTTP endpoints (``http_stop``) and
+        reports the exit timeout they left (``http_stopped``); returns the least, waiting
+        at most ``seconds`` and a margin (a frontend that never reports: what is left
+        by the clock)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + seconds + _HTTP_REPORT_MARGIN_S
+        self.broadcast("http_stop", seconds, replay=True)
+        while True:
+            waiting = set(self._indices.values()) - set(self._http_left)
+            if not waiting or loop.time() >= deadline:
+                break
+            self._http_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._http_changed.wait(), deadline - loop.time())
+        lefts = list(self._http_left.values())
+        if waiting:
+            lefts.append(max(0.0, seconds - int(loop.time() - started)))
+        return min(lefts, default=seconds)
+
+    def _http_stopped(self, index: int, left: float) -> None:
+        self._http_left[index] = min(left, self._http_left.get(index, left))
+        self._http_changed.set()
+
     async def wait_disconnected(self, seconds: float) -> None:
         pending = [c.closed for c in self.connections]
         if pending:
@@ -143,6 +178,8 @@ class EngineServer:
             return self._update_logs(*args)
         if name == "trace_settings":
             return self._update_tracing(*args)
+        if name == "http_stopped":
+            return self._http_stopped(*args)
         if name.startswith("_"):
             raise AttributeError(name)
         result = getattr(self._core, name)(*args)

@@ -1,7 +1,9 @@
 """The engine process: runtime (models, core, metrics, tracing) behind the channel.
 
 Started by the supervisor (``supervisor.py``), which it tells when it is ready. SIGTERM
-from the supervisor starts the graceful stop, which the engine leads: readiness false,
+from the supervisor starts the graceful stop, which the engine leads: first the REST
+gateways that follow the frontends stop their HTTP endpoints (Triton stops its HTTP
+endpoint before its core; ``grpc_frontend/gateway_link.py``), then readiness false,
 the frontends' listeners closed, new stream requests refused at once and new unary ones
 after the lame duck (the requests of sequences in progress still served), in-flight
 requests and those sequences drained, then every frontend told to close its streams and
@@ -86,7 +88,11 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
     loop.add_reader(parent.fileno(), parent_readable)
     await stop.wait()
 
-    deadline = loop.time() + config.exit_timeout_secs
+    # The gateways' HTTP connections first (each frontend's gateways), as Triton stops its
+    # HTTP endpoint before the core; then the supervisor closes the local socket.
+    left = await server.stop_http(config.exit_timeout_secs)
+    parent.send(("stopping", 0))
+    deadline = loop.time() + left
     runtime.stop_accepting()
     server.broadcast("stopping", replay=True)  # frontends: not serving, listeners closed
     await runtime.lame_duck()

@@ -1,7 +1,8 @@
 """A frontend process: the gRPC server (servicer, health, reflection, TLS, restricted
 protocols) over an ``EngineClient``, on the port every frontend shares (SO_REUSEPORT).
 
-It follows the engine: log settings and tracing on/off as broadcast, readiness off and
+It follows the engine: log settings and tracing on/off as broadcast, its REST gateways
+told to stop their HTTP endpoints (``http_stop``, reported back), readiness off and
 its listener closed when the engine starts stopping, streams closed once it has drained,
 and the process ends once their answers have gone out, without grpc's stop
 (``exiting.py``). Losing the engine ends the process with an error (its callers got
@@ -11,6 +12,7 @@ UNAVAILABLE).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -24,7 +26,7 @@ from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
 from ..grpc_frontend.aio_server import GrpcFrontend
 from ..telemetry.logs import LogControl
-from .client import EngineClient, RemoteLogs, RemoteTracing
+from .client import EngineClient, EngineLost, RemoteLogs, RemoteTracing
 
 __all__ = ["run_frontend"]
 
@@ -71,6 +73,16 @@ async def _stopping(frontend: GrpcFrontend) -> None:
     await frontend.close_listener()
 
 
+async def _stop_http(
+    frontend: GrpcFrontend, client: EngineClient, index: int, seconds: float
+) -> None:
+    """The stop's first step: this frontend's gateways stop their HTTP endpoints; the
+    engine learns the exit timeout they left (it waits for every frontend's report)."""
+    left = await frontend.stop_http(seconds)
+    with contextlib.suppress(EngineLost, OSError):
+        await client.call("http_stopped", index, left)
+
+
 async def _serve(
     config: ServerConfig,
     index: int,
@@ -113,6 +125,10 @@ async def _serve(
             _follow_logs(logs, value)
         elif kind == "tracing":
             tracing.active = bool(value)
+        elif kind == "http_stop":
+            task = loop.create_task(_stop_http(frontend, client, index, float(value)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         elif kind == "stopping":
             task = loop.create_task(_stopping(frontend))
             tasks.add(task)

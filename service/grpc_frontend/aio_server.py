@@ -19,6 +19,7 @@ from ..config import ServerConfig, TlsConfig
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .drain_listener import close_listeners
+from .gateway_link import GatewayLinks
 from .local_rpc import LocalRpcServer, bind_local_socket, unlink_quietly
 from .reflection import enable_reflection
 from .registration import add_service
@@ -147,6 +148,8 @@ class GrpcFrontend:
         self._local_socket = local_socket
         self._local_path = ""
         self._local = LocalRpcServer(unary, config.grpc_max_message_bytes)
+        self.gateways = GatewayLinks()  # the REST gateways that follow our stop
+        self._server.add_generic_rpc_handlers((self.gateways.rpc_handler(),))
         enable_reflection((SERVICE_NAME, LEGACY_SERVICE_NAME, health.SERVICE_NAME), self._server)
 
     async def start(self) -> int:
@@ -178,6 +181,13 @@ class GrpcFrontend:
         await self.set_serving(True)
         self._port = port
         return port
+
+    async def stop_http(self, seconds: float) -> float:
+        """The stop's first step, as Triton's HTTP endpoint stops first: every gateway
+        following this process stops its own and reports; returns the exit timeout left
+        (``gateway_link.py``). Nothing else changes meanwhile: readiness, listener and
+        admission are as before the signal, as in Triton until its core stops."""
+        return await self.gateways.stop_http(seconds)
 
     async def set_serving(self, serving: bool) -> None:
         """What Watch reports; Check on the inference service's name asks the core. Not

@@ -331,7 +331,7 @@ def test_service_down_is_503_and_recovers(tmp_path: Any) -> None:
     port = server.port
     with running_gateway(server.url) as gw:
         assert http_request(gw.url, "GET", "/v2/health/ready").status == 200
-        assert server.stop() == 0
+        server.kill()  # away without its stop (a graceful stop ends the gateway too: 033)
         for path in ("/v2/health/ready", "/v2/models/add_sub"):
             reply = http_request(gw.url, "GET", path)
             assert reply.status == 503, reply

@@ -86,8 +86,8 @@ def test_service_away_is_503_and_a_new_one_is_found(frontends: str) -> None:
     first = ServerProcess(extra_args=args).start()
     with running_gateway(first.url, ["--grpc-local-socket", path]) as gw:
         assert http_request(gw.url, "POST", "/v2/models/add_sub/infer", ADD_SUB).status == 200
-        assert first.stop() == 0, first.log
-        assert not os.path.exists(path)
+        # Away without its stop (a graceful stop ends the gateway too: decision 033).
+        first.kill()
         down = http_request(gw.url, "POST", "/v2/models/add_sub/infer", ADD_SUB)
         assert down.status == 503 and "is unavailable" in down.error, down
         with ServerProcess(extra_args=args):

@@ -50,9 +50,15 @@ def assert_status(reply: requests.Response, http: int, code: str, message: str =
 
 
 def infer(
-    base: str, model: str, header: str, body: bytes, suffix: str = "", **kwargs: Any
+    base: str,
+    model: str,
+    header: str,
+    body: bytes,
+    suffix: str = "",
+    session: requests.Session | None = None,
+    **kwargs: Any,
 ) -> requests.Response:
-    return requests.post(
+    return (session or requests).post(
         f"{base}/api/infer/{model}{suffix}",
         data=body,
         headers={"NV-InferRequest": header, **kwargs.pop("headers", {})},
@@ -365,9 +371,14 @@ def test_restricted_api_guards_v1_routes(service: ServerProcess) -> None:
         url = f"http://{gw.url}"
         a = np.ones(2, dtype=np.float32).tobytes() * 2
         header = TWO + ' output { name: "OUTPUT0" }'
-        refused = infer(url, "add_sub", header, a)
-        assert refused.status_code == 403
-        assert refused.json() == {"error": "This API is restricted, expecting header 'v1-key'"}
-        allowed = infer(url, "add_sub", header, a, headers={"v1-key": "abc"})
-        assert_status(allowed, 200, "SUCCESS")
-        assert requests.get(f"{url}/api/health/live", timeout=10).status_code == 200
+        # No connection kept: the gateway's stop serves open ones until they close
+        # (Triton's HTTP stop), and requests keeps its sockets past the session's close.
+        with requests.Session() as http:
+            http.headers["Connection"] = "close"
+            refused = infer(url, "add_sub", header, a, session=http)
+            assert refused.status_code == 403
+            error = {"error": "This API is restricted, expecting header 'v1-key'"}
+            assert refused.json() == error
+            allowed = infer(url, "add_sub", header, a, headers={"v1-key": "abc"}, session=http)
+            assert_status(allowed, 200, "SUCCESS")
+            assert http.get(f"{url}/api/health/live", timeout=10).status_code == 200

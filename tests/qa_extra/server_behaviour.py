@@ -11,6 +11,11 @@
   are in flight; new ones refused with "Server is stopping, ...", through the ensemble
   with "in ensemble 'ensemble_zero_1_float32'"); test.sh's in-flight count log lines
   (Triton internals) are not checked.
+- lifecycle_shutdown_live_connection: qa/L0_lifecycle's test_shutdown_with_live_connection
+  (an HTTP connection opened before SIGINT is still served 2 s after it; the server's log
+  then holds the core's "Waiting for in-flight requests to complete." and exactly one
+  "Timeout 30: ", as the HTTP connections' countdown hands the time left to the core's).
+  The runner's server log is both processes' output (gateway and service).
 """
 
 from manifest import Suite, echoes, identity_delay
@@ -49,6 +54,12 @@ def _lifecycle_zero(r, test):
 
 def repo_shutdown_dynamic(r):
     _lifecycle_zero(r, "test_shutdown_dynamic")
+
+
+def repo_live_connection(r):
+    """test.sh: ``cp -r ../python_models/add_sub models/``, model.py moved into ``1/``."""
+    r.copy(r.qa("python_models/add_sub/config.pbtxt"), "add_sub/config.pbtxt")
+    r.copy(r.qa("python_models/add_sub/model.py"), "add_sub/1/model.py")
 
 
 def repo_shutdown_ensemble(r):
@@ -93,5 +104,17 @@ SUITES = [
         timeout=180,
         default=False,
         note="as lifecycle_shutdown_dynamic, through qa's ensemble_zero_1_float32",
+    ),
+    Suite(
+        "lifecycle_shutdown_live_connection",
+        "L0_lifecycle",
+        "lifecycle_test.py",
+        ["LifeCycleTest::test_shutdown_with_live_connection"],
+        repo_live_connection,
+        args=["--exit-timeout-secs=30"],  # test.sh's default (the reference script sets 5)
+        restart="test",
+        timeout=180,
+        default=False,
+        note="the test sends SIGINT to SERVER_PID and reads SERVER_LOG (both processes' output)",
     ),
 ]

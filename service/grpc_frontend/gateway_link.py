@@ -1,0 +1,106 @@
+"""The REST gateways following this process: told when the stop begins, and waited for.
+
+Triton stops its HTTP endpoint before anything else (src/main.cc, ``HTTPServer::Stop``):
+new connections are refused, requests on the open ones are still served, and once a
+second it logs ``Timeout N: Found M HTTP service connections``, counting the exit timeout
+down, until none is left or the timeout is spent; only then does the core stop
+(``Waiting for in-flight requests to complete.``) with what the countdown left. Our HTTP
+endpoint is another process (``gateway/``) that the signal need not reach (Triton's qa
+signals the server's one pid), so each gateway holds one call of this private method open
+on its channel: at the stop it gets a notice with the exit timeout, runs Triton's HTTP
+stop itself (the countdown lines are its), and answers with the seconds it left.
+
+Wire: raw bytes, one JSON object per message. Service to gateway ``{"stop": seconds}``;
+gateway to service ``{"left": seconds}``, then its half-close. Private to our two
+processes: no proto, no reflection entry; a caller that is not a gateway can at most hold
+the stop for the exit timeout, which bounds the wait (docs/decisions/033-http-connections-
+before-the-core-stops.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+__all__ = ["LINK_METHOD", "LINK_SERVICE", "GatewayLinks"]
+
+log = logging.getLogger(__name__)
+
+LINK_SERVICE = "triton_gateway.GatewayLink"
+LINK_METHOD = "Follow"
+#: Beyond the exit timeout: the gateway's last answers and its report on the way.
+_REPORT_MARGIN_S = 2.0
+
+
+def _left(frame: bytes) -> float | None:
+    """The seconds a gateway's report leaves; None for anything else."""
+    try:
+        value = json.loads(frame).get("left")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return max(0.0, float(value))
+
+
+class GatewayLinks:
+    """One process's gateway calls (``rpc_handler``) and the HTTP stop (``stop_http``)."""
+
+    def __init__(self) -> None:
+        self._reports: set[asyncio.Future[float | None]] = set()
+        self._stopping = asyncio.Event()
+        self._seconds = 0.0
+
+    @property
+    def following(self) -> int:
+        """Gateways following this process now."""
+        return len(self._reports)
+
+    def rpc_handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        """For ``grpc.aio.Server.add_generic_rpc_handlers``; raw bytes both ways."""
+        follow = grpc.stream_stream_rpc_method_handler(self._follow)
+        return grpc.method_handlers_generic_handler(LINK_SERVICE, {LINK_METHOD: follow})
+
+    async def _follow(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        """Held open until the stop: then the notice, and the gateway's report awaited.
+        A gateway that goes away (its call cancelled) resolves its report as None."""
+        report: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        self._reports.add(report)
+        try:
+            await context.send_initial_metadata(())  # the gateway knows it is followed
+            await self._stopping.wait()
+            yield json.dumps({"stop": self._seconds}).encode()
+            async for frame in requests:
+                left = _left(frame)
+                if left is not None:
+                    report.set_result(left)
+                    break
+        finally:
+            self._reports.discard(report)
+            if not report.done():
+                report.set_result(None)
+
+    async def stop_http(self, seconds: float) -> float:
+        """Tell every gateway that the stop begins and wait until each has stopped its
+        HTTP endpoint (at most ``seconds`` and a margin); returns the exit timeout left
+        to the core: the least a gateway reported, ``seconds`` when none follows. A
+        gateway gone without a report counts the whole seconds it took."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self._seconds = seconds
+        reports = list(self._reports)
+        self._stopping.set()
+        if not reports:
+            return seconds
+        done, _ = await asyncio.wait(reports, timeout=seconds + _REPORT_MARGIN_S)
+        lefts = [left for left in (r.result() for r in done) if left is not None]
+        if len(lefts) < len(reports):
+            lefts.append(max(0.0, seconds - int(loop.time() - started)))
+        return min(lefts)

@@ -1,0 +1,121 @@
+"""The service's stop goes through its gateway's HTTP connections first, as Triton's does.
+
+Triton's qa ``L0_lifecycle`` ``test_shutdown_with_live_connection`` signals the server's
+one pid and then uses an HTTP connection opened before: it must still be served, and the
+log must show the HTTP connections' countdown handing what it left to the core's (one
+``Timeout 30: `` only). Here the signal reaches only the service; its gateway follows
+(``gateway/service_link.py``, ``service/grpc_frontend/gateway_link.py``). Real service,
+real gateway, tritonclient over HTTP; both layouts of the service.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from gateway_process import GatewayProcess, http_request
+from server_process import ServerProcess
+
+_HTTP_COUNT = re.compile(r"Timeout (\d+): Found (\d+) HTTP service connections")
+_STAMP = re.compile(r"^[IWE](\d{4} \d\d:\d\d:\d\d\.\d{6}) ")
+
+
+def _infer(client: httpclient.InferenceServerClient) -> None:
+    data = np.ones((1, 16), dtype=np.float32)
+    inputs = [
+        httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+        httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+    ]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    result = client.infer("add_sub", inputs)
+    assert (result.as_numpy("OUTPUT0") == 2).all()
+
+
+def _stamp(log: str, text: str, last: bool = False) -> str:
+    """The time of the first (or last) line holding ``text``; the two processes' lines
+    share Triton's layout, so the stamps compare as strings."""
+    lines = [line for line in log.splitlines() if text in line]
+    assert lines, f"no line with {text!r}:\n{log}"
+    match = _STAMP.match(lines[-1] if last else lines[0])
+    assert match, lines
+    return match.group(1)
+
+
+def _start(exit_timeout: str, frontends: str) -> tuple[ServerProcess, GatewayProcess]:
+    timeout = ["--exit-timeout-secs", exit_timeout]
+    server = ServerProcess(extra_args=["--frontends", frontends, *timeout]).start()
+    try:
+        gateway = GatewayProcess(server.url, timeout).start()
+    except BaseException:
+        server.kill()
+        raise
+    return server, gateway
+
+
+@pytest.mark.parametrize("frontends", ["0", "2"])
+def test_an_open_connection_is_served_after_the_service_is_signalled(frontends: str) -> None:
+    server, gateway = _start("30", frontends)
+    try:
+        client = httpclient.InferenceServerClient(gateway.url)  # one kept connection
+        _infer(client)
+        server.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        _infer(client)  # the same connection, served after the signal
+        assert client.is_server_ready()  # as in Triton: its core has not begun to stop
+        with pytest.raises(ConnectionRefusedError):
+            http_request(gateway.url, "GET", "/v2/health/live", timeout=5)
+        client.close()
+        assert server.wait(15) == 0
+        assert gateway.wait(15) == 0
+    finally:
+        gateway.kill()
+        server.kill()
+    counts = [(int(t), int(n)) for t, n in _HTTP_COUNT.findall(gateway.log)]
+    assert counts[:2] == [(30, 1), (29, 1)], gateway.log
+    both = gateway.log + server.log
+    assert both.count("Timeout 30: ") == 1, both  # the core's countdown does not restart
+    waiting = _stamp(server.log, "Waiting for in-flight requests to complete.")
+    assert waiting >= _stamp(gateway.log, "HTTP service connections", last=True), both
+
+
+def test_the_exit_timeout_spent_on_open_connections_closes_them() -> None:
+    server, gateway = _start("2", "0")
+    try:
+        kept = http.client.HTTPConnection(*gateway.url.rsplit(":", 1), timeout=10)
+        kept.request("GET", "/v2/health/live")
+        assert kept.getresponse().read() == b""
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(15) == 0
+        assert gateway.wait(15) == 0
+        assert time.monotonic() - started < 6
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            kept.request("GET", "/v2/health/live")
+            kept.getresponse().read()
+    finally:
+        gateway.kill()
+        server.kill()
+    assert [int(t) for t, _ in _HTTP_COUNT.findall(gateway.log)] == [2, 1], gateway.log
+    assert "Waiting for in-flight requests to complete." in server.log
+
+
+def test_without_http_connections_the_stop_is_not_held() -> None:
+    server, gateway = _start("30", "0")
+    try:
+        assert http_request(gateway.url, "GET", "/v2/health/ready").status == 200
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(15) == 0
+        assert time.monotonic() - started < 3
+        assert gateway.wait(15) == 0
+    finally:
+        gateway.kill()
+        server.kill()
+    assert not _HTTP_COUNT.search(gateway.log), gateway.log
+    assert "Waiting for in-flight requests to complete." in server.log
