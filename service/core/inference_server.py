@@ -352,11 +352,7 @@ class InferenceServer:
         if not self._accepting_unary:
             self._admit_while_stopping(request)
         start = time.monotonic_ns()
-        model = self._lookup(request)
-        if model.config.model_transaction_policy.decoupled:
-            raise Unimplemented(
-                "ModelInfer RPC doesn't support models with decoupled transaction policy"
-            )
+        model = self._unary_model(request)
         scheduler = model.scheduler
         if (
             not isinstance(scheduler, Enqueuing)
@@ -377,29 +373,25 @@ class InferenceServer:
         future.add_done_callback(call.finished)
         return call
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
-        start = time.monotonic_ns()
+    def _unary_model(self, request: InferRequest) -> ModelVersion:
+        """The version a unary request goes to; a decoupled model is refused, as Triton's
+        ModelInfer refuses it: its responses need a stream."""
         model = self._lookup(request)
         if model.config.model_transaction_policy.decoupled:
             raise Unimplemented(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
+        return model
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        """``infer`` awaited in a task: in one process (``--frontends 0``), and in the
+        engine for what ``start_infer`` leaves to it."""
+        start = time.monotonic_ns()
+        model = self._unary_model(request)
         with self._inflight, model.lease():
             if uses_shared_memory(request):
                 return await self._infer_shm(model, request, start)
-            job = prepare_job(model, request)
-            try:
-                if self._cache is not None and model.config.response_cache.enable:
-                    response = await self._run_cached(model, job, start, request.id)
-                    if request.outputs and (counts := requested_classes(request)):
-                        response.outputs = classify_outputs(model, response.outputs, counts)
-                    return response
-                assert model.scheduler is not None  # guaranteed by ModelManager.get
-                result = await model.scheduler.submit(job)
-                return answer(model, job, request, result, start)
-            except ServerError as exc:
-                count_unary_failure(model, exc, start)
-                raise
+            return await self._execute(model, prepare_job(model, request), start, request)
 
     async def _infer_shm(
         self, model: ModelVersion, request: InferRequest, start: int
@@ -408,27 +400,25 @@ class InferenceServer:
         from before validation until its outputs are written into them."""
         request, regions = await bind_request(self._shm, model.name, request)
         try:
-            job = prepare_job(model, request)
-            response = await self._execute(model, job, start, request.id)
-            if counts := requested_classes(request):
-                response.outputs = classify_outputs(model, response.outputs, counts)
+            response = await self._execute(model, prepare_job(model, request), start, request)
             response.outputs = await regions.write_outputs(response.outputs)
             return response
         finally:
             regions.release()
 
     async def _execute(
-        self, model: ModelVersion, job: Job, start: int, request_id: str
+        self, model: ModelVersion, job: Job, start: int, request: InferRequest
     ) -> InferResponse:
-        """``infer``'s execution, for requests off its inlined hot path."""
+        """A validated unary request's execution (or cached answer), counted."""
         try:
             if self._cache is not None and model.config.response_cache.enable:
-                return await self._run_cached(model, job, start, request_id)
-            assert model.scheduler is not None
+                response = await self._run_cached(model, job, start, request.id)
+                if request.outputs and (counts := requested_classes(request)):
+                    response.outputs = classify_outputs(model, response.outputs, counts)
+                return response
+            assert model.scheduler is not None  # guaranteed by ModelManager.get
             result = await model.scheduler.submit(job)
-            outputs = build_outputs(model, job, result.outputs)
-            model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
-            return _response(model, request_id, outputs, result)
+            return answer(model, job, request, result, start)
         except ServerError as exc:
             count_unary_failure(model, exc, start)
             raise

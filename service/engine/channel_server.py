@@ -47,7 +47,6 @@ class EngineServer:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._events: list[tuple[str, Any]] = []  # shutdown events, replayed to latecomers
-        self._server = core
         self._models_due = False
         core.watch_models(self._models_changed)
         self._indices: dict[FrontendConnection, int] = {}
@@ -95,7 +94,7 @@ class EngineServer:
         await loop.connect_accepted_socket(lambda: connection.channel, sock)
         self.connections.add(connection)
         # Taken now, not in the handshake: a change during the handshake is in it.
-        connection.send((EVENT, "models", self._server.models_snapshot()))
+        connection.send((EVENT, "models", self._core.server.models_snapshot()))
         self._indices[connection] = int(hello["index"])
         for kind, value in self._events:
             connection.send((EVENT, kind, value))
@@ -123,7 +122,7 @@ class EngineServer:
     def _send_models(self) -> None:
         self._models_due = False
         if self.connections:
-            self.broadcast("models", self._server.models_snapshot())
+            self.broadcast("models", self._core.server.models_snapshot())
 
     def broadcast(self, kind: str, value: Any = None, *, replay: bool = False) -> None:
         """Send an event to every frontend; ``replay``: also to those that connect later."""

@@ -15,6 +15,7 @@ import threading
 from ..errors import Internal
 from ..statistics import ModelStats
 from .base import ExecutionResult, Job
+from .inflight import InFlight
 
 __all__ = ["caller_gone", "caller_left", "count_abandoned", "count_if_delivered_too_late"]
 
@@ -53,15 +54,17 @@ def count_if_delivered_too_late(
 
 
 def caller_left(
-    stats: ModelStats,
-    claims: threading.Lock,
-    job: Job,
-    future: asyncio.Future[ExecutionResult],
-    now_ns: int,
+    stats: ModelStats, claims: threading.Lock, inflight: InFlight, job: Job, now_ns: int
 ) -> None:
-    """The caller of a job queued for the instance threads was cancelled: whether a thread
-    took the job is decided under ``claims`` (the threads take it under the same lock);
-    one not taken is skipped and counted CANCELED, one taken is counted where it ends."""
+    """The caller of a job queued for the instance threads stopped waiting: its future is
+    cancelled unless already settled (an unsettled job leaves ``inflight`` here, a settled
+    one left it when settled). Whether a thread took the job is decided under ``claims``
+    (the threads take it under the same lock); one not taken is skipped and counted
+    CANCELED, one taken is counted where it ends."""
+    future = job.future
+    assert future is not None
+    if future.cancel() or future.cancelled():
+        inflight.leave()
     with claims:
         queued = not job.started
         job.started = True  # a thread that takes it now skips it

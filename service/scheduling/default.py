@@ -61,11 +61,7 @@ class DefaultScheduler(Enqueuing):
     def abandon(self, job: Job) -> None:
         """The caller of ``job`` stopped waiting: dropped if no thread took it yet,
         counted where it ends otherwise (``abandoned.caller_left``)."""
-        future = job.future
-        assert future is not None
-        if future.cancel() or future.cancelled():  # not settled: it leaves the count here
-            self._inflight.leave()
-        caller_left(self._stats, self._claims, job, future, self._clock())
+        caller_left(self._stats, self._claims, self._inflight, job, self._clock())
 
     def _execute(self, job: Job, instance: ModelInstance | RequestInstance) -> Outcome:
         """In an instance thread."""

@@ -20,9 +20,18 @@ class InFlight:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def __enter__(self) -> None:
+    def enter(self) -> None:
+        """One more piece of work (``leave`` when it is done: for work not bounded by
+        one block, a job whose caller is a callback rather than a task)."""
         self.count += 1
         self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._idle.set()
+
+    __enter__ = enter
 
     def __exit__(
         self,
@@ -30,17 +39,7 @@ class InFlight:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.count -= 1
-        if not self.count:
-            self._idle.set()
-
-    # Work not bounded by one block (a job whose caller is a callback, not a task).
-    enter = __enter__
-
-    def leave(self) -> None:
-        self.count -= 1
-        if not self.count:
-            self._idle.set()
+        self.leave()
 
     async def drained(self) -> None:
         await self._idle.wait()

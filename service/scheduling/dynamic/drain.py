@@ -100,11 +100,7 @@ class DrainBatchScheduler(Enqueuing):
 
     def abandon(self, job: Job) -> None:
         """The caller of ``job`` stopped waiting (``abandoned.caller_left``)."""
-        future = job.future
-        assert future is not None
-        if future.cancel() or future.cancelled():  # not settled: it leaves the count here
-            self._inflight.leave()
-        caller_left(self._stats, self._claims, job, future, self._clock())
+        caller_left(self._stats, self._claims, self._inflight, job, self._clock())
 
     def _drain(self, instance: Instance) -> Outcome | object:
         """In an instance thread: the pending jobs, in order, while they fit and agree."""
