@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 
+from .collector import settle_heap
 from .config import ServerConfig
 from .exiting import exit_timeout_expired, leave
 from .grpc_frontend.aio_server import GrpcFrontend
@@ -46,6 +47,7 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
         await runtime.stop_metrics()
         await runtime.models.unload_all()
         return 1
+    settle_heap()
     # Tests and scripts wait for this line (and read the port from it with --grpc-port 0).
     log.info("Started GRPCInferenceService at %s:%d", config.grpc_address, port)
     if config.metrics.enabled:

@@ -22,6 +22,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from .. import loop
+from ..collector import settle_heap
 from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
 from ..runtime import Runtime
@@ -84,6 +85,7 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
         return 1
     server = EngineServer(address, runtime.core, runtime.tracing, logs)
     await server.start()
+    settle_heap()
     parent.send(("ready", metrics_port))
     loop.add_reader(parent.fileno(), parent_readable)
     await stop.wait()

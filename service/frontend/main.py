@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .. import loop
+from ..collector import settle_heap
 from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
 from ..grpc_frontend.aio_server import GrpcFrontend
@@ -137,6 +138,7 @@ async def _serve(
             drained.set_result(float(value))
 
     client.on_event = on_event
+    settle_heap()
     parent.send(("serving", port))
     assert client.lost is not None
     await asyncio.wait((drained, client.lost), return_when=asyncio.FIRST_COMPLETED)
