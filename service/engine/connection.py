@@ -81,7 +81,9 @@ class FrontendConnection:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._unary: dict[int, UnaryCall] = {}  # started by start_infer, not yet answered
         self.channel = Channel(self._received, self._lost)
-        self.closed = asyncio.get_running_loop().create_future()
+        # Bound once: asyncio.get_running_loop costs a getpid syscall per call on 3.11.
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
 
     @property
     def inflight(self) -> int:
@@ -95,7 +97,7 @@ class FrontendConnection:
         self.channel.send(message)
 
     def _received(self, messages: list[Any]) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for message in messages:
             op = message[0]
             if op == INFER:

@@ -83,6 +83,7 @@ class EngineClient:
         self._ids = itertools.count(1)
         self._freed: list[int] = []
         self._lost: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop  # the loop connect() ran on
         self.state: dict[str, Any] = {}
         self.models = ModelSnapshot()  # the engine's models, to validate requests against
         self.on_event: Callable[[str, Any], None] = lambda kind, value: None
@@ -97,7 +98,8 @@ class EngineClient:
         self.state, fds = await asyncio.to_thread(recv_hello, sock, 1)
         self._responses = ArenaMap(fds[0], self.state["arena_bytes"])
         sock.setblocking(False)
-        loop = asyncio.get_running_loop()
+        # Bound once: asyncio.get_running_loop costs a getpid syscall per call on 3.11.
+        loop = self._loop = asyncio.get_running_loop()
         self.lost = loop.create_future()
         channel = self._channel = Channel(self._received, self._on_lost)
         await loop.create_connection(lambda: channel, sock=sock)
@@ -212,7 +214,7 @@ class EngineClient:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         entry = _Pending()
-        future = entry.future = asyncio.get_running_loop().create_future()
+        future = entry.future = self._loop.create_future()
         # Validated here when this frontend can (core/checked.py): the engine's loop then
         # only builds the job.
         rid = self._start(INFER, request, entry, self.models.check(request))
@@ -259,7 +261,7 @@ class EngineClient:
 
     async def call(self, name: str, *args: Any) -> Any:
         entry = _Pending()
-        future = entry.future = asyncio.get_running_loop().create_future()
+        future = entry.future = self._loop.create_future()
         rid = next(self._ids)
         self._send((CALL, rid, name, args))
         self._pending[rid] = entry
