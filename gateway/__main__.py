@@ -9,6 +9,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from wire.heap import reuse_freed_pages
+
 from .config import parse_args
 
 #: With grpc's EventEngine client, a blocking call's answer is read by another thread and
@@ -42,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from .workers import WorkerLink, supervise
 
+    reuse_freed_pages()
     worker = WorkerLink.from_env()
     if worker is None and config.workers > 1:
         return supervise(config, args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from wire.heap import reuse_freed_pages
+
 from . import loop
 from .app import serve
 from .config import parse_args
@@ -25,6 +27,7 @@ def main() -> int:
     try:
         if config.frontends:
             return supervise(config)
+        reuse_freed_pages()
         return loop.run(serve(config, logs))
     finally:
         logs.close()

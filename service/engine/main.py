@@ -21,6 +21,8 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
+from wire.heap import reuse_freed_pages
+
 from .. import loop
 from ..collector import settle_heap
 from ..config import ServerConfig
@@ -36,6 +38,7 @@ log = logging.getLogger("service")
 
 def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
     """Process entry point (spawned)."""
+    reuse_freed_pages()
     try:
         logs = LogControl(config.log)
     except OSError as exc:

@@ -21,6 +21,8 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
+from wire.heap import reuse_freed_pages
+
 from .. import loop
 from ..collector import settle_heap
 from ..config import ServerConfig
@@ -45,6 +47,7 @@ def run_frontend(
     parent: Connection,
 ) -> None:
     """Process entry point (spawned by the supervisor)."""
+    reuse_freed_pages()
     # Ctrl-C reaches the whole process group, and a service manager may signal every
     # process of the group: the engine leads the stop, a frontend exits when told.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
