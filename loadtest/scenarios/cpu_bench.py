@@ -20,7 +20,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -174,6 +174,46 @@ def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> lis
     return servers
 
 
+def h2load_bodies(folder: Path) -> dict[str, Path | None]:
+    """Each workload's request as h2load's body file; None each without h2load."""
+    bodies: dict[str, Path | None] = {w.key: None for w in WORKLOADS}
+    for work in WORKLOADS if have_h2load() else ():
+        body = bodies[work.key] = folder / f"{work.key}.body"
+        body.write_bytes(grpc_body(work.request().SerializeToString()))
+    return bodies
+
+
+def alternate(
+    servers: list[Server], workloads: Sequence[Workload], bodies: dict[str, Path | None],
+    args: argparse.Namespace, p50: Callable[[Server], float],
+) -> None:  # fmt: skip
+    """Every round: each workload on each server, one at a time, the order alternating
+    between rounds; then ``p50`` at c=1 of each (unless ``--only`` leaves latency out)."""
+    for index in range(args.rounds):
+        order = servers if index % 2 == 0 else servers[::-1]
+        for work in workloads:
+            for server in order:
+                sample = measure(server, work, bodies[work.key], args.duration)
+                server.samples.setdefault(work.key, []).append(sample)
+                print(
+                    f"round {index + 1} {server.label:>12} {work.key:>14}: "
+                    f"{sample.cpu_us:6.0f} µs/req {sample.req_s:7.0f} req/s",
+                    file=sys.stderr,
+                )
+        if args.only and "latency" not in args.only:
+            continue
+        for server in order:
+            server.p50_ms.append(p50(server))
+            print(f"round {index + 1} {server.label:>12} p50 {server.p50_ms[-1]:.3f} ms")
+
+
+def loadgen_p50(server: Server, seconds: float) -> float:
+    """add_sub's p50 at c=1 with the Python load generator (ms)."""
+    spec = LoadSpec(server.process.url, "add_sub", 1, seconds, 1.0)
+    result = asyncio.run(run_load(replace(spec, max_requests=10**6), LATENCY.request()))
+    return result.latency_ms["p50"]
+
+
 def measure_all(args: argparse.Namespace) -> tuple[list[Server], list[Workload], str]:
     """Every round of every workload on every server; the client that drove them."""
     client = "h2load (nghttp2)" if have_h2load() else "Python loadgen (h2load not found)"
@@ -187,29 +227,9 @@ def measure_all(args: argparse.Namespace) -> tuple[list[Server], list[Workload],
         add_sub(repo, "add_sub_batch", extra=batching(None))
         one = "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         identity_backend(repo, "identity_1m", str(IDENTITY_FLOATS), extra=one)
-        bodies: dict[str, Path | None] = {w.key: None for w in WORKLOADS}
-        for work in WORKLOADS if have_h2load() else ():
-            body = bodies[work.key] = tmp / f"{work.key}.body"
-            body.write_bytes(grpc_body(work.request().SerializeToString()))
+        bodies = h2load_bodies(tmp)
         servers = start_servers(stack, repo, args)
-        for index in range(args.rounds):
-            order = servers if index % 2 == 0 else servers[::-1]
-            for work in workloads:
-                for server in order:
-                    sample = measure(server, work, bodies[work.key], args.duration)
-                    server.samples.setdefault(work.key, []).append(sample)
-                    print(
-                        f"round {index + 1} {server.label:>12} {work.key:>14}: "
-                        f"{sample.cpu_us:6.0f} µs/req {sample.req_s:7.0f} req/s",
-                        file=sys.stderr,
-                    )
-            if args.only and "latency" not in args.only:
-                continue
-            for server in order:
-                spec = LoadSpec(server.process.url, "add_sub", 1, args.latency_seconds, 1.0)
-                result = asyncio.run(run_load(replace(spec, max_requests=10**6), LATENCY.request()))
-                server.p50_ms.append(result.latency_ms["p50"])
-                print(f"round {index + 1} {server.label:>12} p50 {server.p50_ms[-1]:.3f} ms")
+        alternate(servers, workloads, bodies, args, lambda s: loadgen_p50(s, args.latency_seconds))
     return servers, workloads, client
 
 
