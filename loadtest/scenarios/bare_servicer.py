@@ -4,20 +4,25 @@ Class-based, the generated stubs, numpy on ``raw_input_contents``; it knows ``ad
 (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1) and ``identity*`` (outputs = inputs)
 by name, and counts successes for ModelStatistics so that cpu-bench counts them alike for
 it and for ours. ``--model-thread`` (compute in one thread fed by a queue, as no model may
-run on a loop's thread) and ``--onnxruntime`` (add_sub by an ONNX Runtime session) make it
-the floors under a server that keeps this project's rules.
+run on a loop's thread), ``--onnxruntime`` (add_sub by an ONNX Runtime session) and
+``--hop`` (that thread in a second process behind a socket, as this project's engine behind
+its frontends) make it the floors under a server that keeps this project's rules.
 
     .venv/bin/python -m loadtest bare-servicer --grpc-port 0 [--uvloop] [--model-thread]
-        [--onnxruntime]  # logs the port
+        [--onnxruntime] [--hop]  # logs the port
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import logging
+import multiprocessing
+import pickle
 import queue
 import signal
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -83,15 +88,99 @@ class ModelThread:
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:
-    if not future.done():
+    if not future.done():  # cancelled: its caller is gone
         future.set_result(result)
+
+
+class Frames(asyncio.Protocol):
+    """Length-prefixed pickle frames on a socket; what one loop iteration sends goes out as
+    one frame (a call_soon'd flush), as the split layout's channel batches."""
+
+    def __init__(self, on_message: Callable[[Any], object]) -> None:
+        self._on_message = on_message
+        self._buffer = bytearray()
+        self._out: list[Any] = []
+        self.closed = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= 4:
+            end = 4 + int.from_bytes(self._buffer[:4], "little")
+            if len(self._buffer) < end:
+                break
+            for message in pickle.loads(self._buffer[4:end]):
+                self._on_message(message)
+            del self._buffer[:end]
+
+    def send(self, message: Any) -> None:
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(message)
+
+    def _flush(self) -> None:
+        frame = pickle.dumps(self._out, pickle.HIGHEST_PROTOCOL)
+        self._out = []
+        self.transport.write(len(frame).to_bytes(4, "little") + frame)
+
+
+def _engine(sock: socket.socket, onnxruntime: bool) -> None:
+    """The second process of ``--hop``: each (rid, x, y, shape) to a ModelThread, (rid,
+    outputs) back; it ends when the servicer's end of the socket closes."""
+    import uvloop
+
+    async def main() -> None:
+        model = ModelThread(onnxruntime_add_sub() if onnxruntime else numpy_add_sub)
+
+        async def answer(rid: int, *args: Any) -> None:
+            frames.send((rid, await model(*args)))
+
+        loop = asyncio.get_running_loop()
+        frames = Frames(lambda request: loop.create_task(answer(*request)))
+        await loop.connect_accepted_socket(lambda: frames, sock)
+        await frames.closed.wait()
+
+    uvloop.run(main())
+
+
+class Hop:
+    """``--hop``: the model thread in a second process (spawned) behind a Unix socketpair;
+    called as a ModelThread is, one future per request id."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, asyncio.Future[tuple[bytes, bytes]]] = {}
+        self._ids = itertools.count()
+        self._frames = Frames(lambda answer: _settle(self._pending.pop(answer[0]), answer[1]))
+
+    @classmethod
+    async def start(cls, onnxruntime: bool) -> Hop:
+        hop, (mine, theirs) = cls(), socket.socketpair()
+        spawn = multiprocessing.get_context("spawn")
+        spawn.Process(target=_engine, args=(theirs, onnxruntime), daemon=True).start()
+        theirs.close()
+        await asyncio.get_running_loop().connect_accepted_socket(lambda: hop._frames, mine)
+        return hop
+
+    def close(self) -> None:  # the second process ends when it sees the socket close
+        self._frames.transport.close()
+
+    async def __call__(self, x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
+        rid = next(self._ids)
+        future = self._pending[rid] = asyncio.get_running_loop().create_future()
+        self._frames.send((rid, x, y, shape))
+        return await future
 
 
 class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, compute: Compute = numpy_add_sub, model_thread: bool = False) -> None:
         self.successes: Counter[str] = Counter()
         self._compute = compute
-        self._thread = ModelThread(compute) if model_thread else None
+        self.model_thread: ModelThread | Hop | None = ModelThread(compute) if model_thread else None
 
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
@@ -100,10 +189,10 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
         raw = list(request.raw_input_contents)  # each read of an element copies: read once
         if name.startswith("add_sub"):
             shape = list(request.inputs[0].shape)
-            if self._thread is None:
+            if self.model_thread is None:
                 raw = list(self._compute(raw[0], raw[1], shape))
             else:
-                raw = list(await self._thread(raw[0], raw[1], shape))
+                raw = list(await self.model_thread(raw[0], raw[1], shape))
             outputs = [Output(name=f"OUTPUT{i}", datatype="FP32", shape=shape) for i in (0, 1)]
         elif name.startswith("identity"):
             outputs = [
@@ -172,11 +261,12 @@ class BareServicerScenario(Scenario):
         p.add_argument("--uvloop", action="store_true", help="run on uvloop (as our server does)")
         p.add_argument("--model-thread", action="store_true", help="compute in one thread")
         p.add_argument("--onnxruntime", action="store_true", help="add_sub by ONNX Runtime")
+        p.add_argument("--hop", action="store_true", help="the model thread in a second process")
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        compute = onnxruntime_add_sub() if args.onnxruntime else numpy_add_sub
-        servicer = BareServicer(compute, args.model_thread)
+        here = args.onnxruntime and not args.hop  # --hop: the second process runs the model
+        servicer = BareServicer(onnxruntime_add_sub() if here else numpy_add_sub, args.model_thread)
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         factory = None
         if args.uvloop:
@@ -184,5 +274,7 @@ class BareServicerScenario(Scenario):
 
             factory = uvloop.new_event_loop
         with asyncio.Runner(loop_factory=factory) as runner:
+            if args.hop:
+                servicer.model_thread = runner.run(Hop.start(args.onnxruntime))
             runner.run(serve(args.grpc_address, args.grpc_port, servicer))
         return 0

@@ -227,22 +227,6 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> str:
     return report
 
 
-def add_bench_args(parser: argparse.ArgumentParser) -> None:
-    """The model options of the repository the bench builds."""
-    parser.add_argument("--width", type=int, default=4096)
-    parser.add_argument("--instances", type=int, default=2, help="instances on the GPU")
-    parser.add_argument("--delay-us", type=int, default=500)
-    parser.add_argument("--cuda-graphs", action="store_true", help="optimization.cuda.graphs")
-    parser.add_argument(
-        "--conv-algo-search",
-        choices=sorted(CONV_ALGO_SEARCH),
-        default="heuristic",
-        help="cudnn_conv_algo_search of the models and of the in-process ceiling (default "
-        "heuristic: exhaustive spends its search on every new batch size inside the windows)",
-    )
-    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help=argparse.SUPPRESS)
-
-
 @register
 class GpuBench(Scenario):
     """GPU: served throughput with dynamic batching vs in-process onnxruntime CUDA."""
@@ -251,7 +235,18 @@ class GpuBench(Scenario):
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
-        add_bench_args(p)
+        p.add_argument("--width", type=int, default=4096)
+        p.add_argument("--instances", type=int, default=2, help="instances on the GPU")
+        p.add_argument("--delay-us", type=int, default=500)
+        p.add_argument("--cuda-graphs", action="store_true", help="optimization.cuda.graphs")
+        p.add_argument(
+            "--conv-algo-search",
+            choices=sorted(CONV_ALGO_SEARCH),
+            default="heuristic",
+            help="cudnn_conv_algo_search of the models and of the in-process ceiling (default "
+            "heuristic: exhaustive spends its search on every new batch size inside the windows)",
+        )
+        p.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help=argparse.SUPPRESS)
         quick = {"concurrency": [1, 64], "duration": 3.0, "warmup": 1.0, "ceiling_s": 0.5}
         quick["out_dir"] = lambda args: args.out_dir / "quick"
         window_args(
