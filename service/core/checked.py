@@ -10,7 +10,7 @@ size and its outputs; the engine, finding that same generation loaded, builds th
 arrays over the request's bytes without checking them again (``checked_job``).
 
 The engine stays the authority. A request the frontend could not check (a model it does
-not know yet, shared memory, parameters, BYTES tensors), one that failed there, or one
+not know yet, shared memory, BYTES tensors), one that failed there, or one
 whose version has since been replaced is validated in the engine as before, so every
 error text, and every refusal of a request checked against an older configuration,
 comes from the configuration actually loaded.
@@ -28,9 +28,9 @@ from wire import datatypes
 
 from ..errors import ServerError
 from ..scheduling.base import Array, Job
-from ..types import InferRequest
+from ..types import InferRequest, InputTensor, RequestedOutput
 from .model import ModelVersion, io_specs
-from .validation import prepare_job
+from .validation import job_of, prepare_job
 
 __all__ = ["Checked", "ModelSnapshot", "checked_job", "snapshot"]
 
@@ -90,13 +90,13 @@ class ModelSnapshot:
     def check(self, request: InferRequest) -> Checked | None:
         """Validate ``request`` here; None when the engine must (see the module's text)."""
         known = self._versions.get((request.model_name, request.model_version))
-        if known is None or request.parameters:
+        if known is None:
             return None
         for tensor in request.inputs:
-            if tensor.raw is None or tensor.datatype == "BYTES" or tensor.parameters:
+            if tensor.raw is None or tensor.datatype == "BYTES" or _in_shared_memory(tensor):
                 return None
         for output in request.outputs:
-            if output.parameters:
+            if _in_shared_memory(output):
                 return None
         try:
             job = prepare_job(known.model, request)
@@ -105,9 +105,15 @@ class ModelSnapshot:
         return (known.generation, job.batch_size, job.outputs if request.outputs else None)
 
 
+def _in_shared_memory(tensor: InputTensor | RequestedOutput) -> bool:
+    """A tensor bound to a shared-memory region: only the engine holds the regions."""
+    return bool(tensor.parameters) and any(k.startswith("shared_memory") for k in tensor.parameters)
+
+
 def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) -> Job:
     """The job of a request a frontend validated against this very version: its arrays
-    over the request's bytes, in the model's shapes (``prepare_job`` without the checks)."""
+    over the request's bytes, in the model's shapes, and its parameters parsed
+    (``prepare_job`` without the checks)."""
     _, batch_size, outputs = checked
     specs = model.inputs
     leading: tuple[int, ...] = (batch_size,) if model.batched else ()
@@ -117,7 +123,9 @@ def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) ->
         array: Any = np.frombuffer(tensor.raw, dtype=_NUMPY[spec.datatype])  # type: ignore[arg-type]
         array = array.reshape(tensor.shape if spec.reshape is None else leading + spec.reshape)
         inputs[tensor.name] = array
-    return Job(inputs, list(model.outputs) if outputs is None else outputs, batch_size, request.id)
+    return job_of(
+        model, request, inputs, list(model.outputs) if outputs is None else outputs, batch_size
+    )
 
 
 _NUMPY = {name: spec.numpy for name, spec in datatypes.DATATYPES.items() if name != "BYTES"}

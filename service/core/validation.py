@@ -13,13 +13,13 @@ from wire import datatypes
 
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
-from ..types import InferRequest, InputTensor, OutputTensor
+from ..types import InferRequest, InputTensor, OutputTensor, ParameterValue
 from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
 
-__all__ = ["build_outputs", "prepare_job"]
+__all__ = ["build_outputs", "job_of", "prepare_job"]
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -52,6 +52,20 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
             order = unordered_order([t.name for t in request.inputs])
             _normalize(model, request, [given[n] for n in order])
         raise first from None
+    return job_of(model, request, inputs, outputs, batch_size, parameters)
+
+
+def job_of(
+    model: ModelVersion,
+    request: InferRequest,
+    inputs: dict[str, Array],
+    outputs: list[str],
+    batch_size: int,
+    parameters: dict[str, ParameterValue] | None = None,
+) -> Job:
+    """The job of a request whose tensors are checked: the parameters the server consumes
+    (priority, timeout, sequence fields; Triton's texts when one is malformed) and those
+    that reach the backend (``parameters``, parsed here when not given)."""
     if not request.parameters:  # the common case: every parameter at its default
         return Job(inputs, outputs, batch_size, request.id)
     return Job(
@@ -64,7 +78,7 @@ def prepare_job(model: ModelVersion, request: InferRequest) -> Job:
         correlation_id=_correlation_id(model, request),
         sequence_start=_flag(model, request, "sequence_start"),
         sequence_end=_flag(model, request, "sequence_end"),
-        parameters=parameters,
+        parameters=backend_parameters(request.parameters) if parameters is None else parameters,
     )
 
 

@@ -90,7 +90,12 @@ async def test_the_checked_job_is_the_job_the_engine_would_build(manager: ModelM
             model_version="1",
             inputs=[_tensor("INPUT0", np.arange(12, dtype=np.float32).reshape(3, 4))],
         ),
+        # Parameters the server consumes and ones that reach the backend, classification.
+        _add_sub(parameters={"priority": 2, "timeout": 5000, "sequence_id": 7, "note": "x"}),
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 1})]),
+        _add_sub(outputs=[RequestedOutput("OUTPUT1", {"binary_data": True})]),
     ]
+    fields = ("priority", "timeout_us", "correlation_id", "sequence_start", "sequence_end")
     for request in requests:
         checked = table.check(request)
         assert checked is not None, request
@@ -103,6 +108,8 @@ async def test_the_checked_job_is_the_job_the_engine_would_build(manager: ModelM
             want.outputs,
             want.request_id,
         )
+        assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
+        assert got.parameters == want.parameters
         assert got.inputs.keys() == want.inputs.keys()
         for name, array in want.inputs.items():
             assert got.inputs[name].shape == array.shape and got.inputs[name].dtype == array.dtype
@@ -123,8 +130,10 @@ async def test_what_the_frontend_cannot_vouch_for_is_left_to_the_engine(
         _add_sub(rows=9),  # over max_batch_size
         _add_sub(model_name="unknown"),
         _add_sub(model_version="7"),
-        _add_sub(parameters={"priority": 1}),  # parameters: the engine reads them
-        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 1})]),
+        _add_sub(parameters={"priority": -1}),  # refused: in the engine's words
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 0})]),
+        # Shared memory: only the engine holds the regions.
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": "r"})]),
     ]
     for request in unusual:
         assert table.check(request) is None, request
