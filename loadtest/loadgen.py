@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import numpy as np
@@ -25,10 +25,12 @@ import numpy as np
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from loadtest.metrics import machine_busy_seconds, summarize_latencies, tree_cpu_seconds
+from loadtest.report import fmt
 
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 READY_TIMEOUT_S = 60.0  # spawned clients must connect within this
 Call = Callable[[], Awaitable[object]]
+T = TypeVar("T")
 _INTS = [f"{u}INT{bits}" for u in ("U", "") for bits in (8, 16, 32, 64)]
 _DTYPES = {  # KServe v2 datatypes with a plain numpy dtype (BYTES and BF16 have none)
     name: np.dtype(name.lower().replace("fp", "float")).newbyteorder("<")
@@ -37,27 +39,19 @@ _DTYPES = {  # KServe v2 datatypes with a plain numpy dtype (BYTES and BF16 have
 DATATYPE = {dtype: name for name, dtype in _DTYPES.items()}
 
 
-class InputSpec(NamedTuple):
-    """One model input as ModelMetadata reports it: -1 marks a variable dimension."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
 def synthesize(
-    specs: Iterable[InputSpec], batch: int = 1, dynamic_dim: int = 16, seed: int = 0
+    specs: Iterable[pb.ModelMetadataResponse.TensorMetadata], batch: int = 1, dynamic_dim: int = 16
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Seeded random tensors (the same bytes in loadgen and in the ghz configs): the first -1
-    dimension is Triton's batch dimension and becomes ``batch``, later ones ``dynamic_dim``."""
-    rng = np.random.default_rng(seed)
+    """Seeded random tensors for the inputs ModelMetadata reports: the first -1 dimension is
+    Triton's batch dimension and becomes ``batch``, later ones ``dynamic_dim``."""
+    rng = np.random.default_rng(0)
     out = {}
     for spec in specs:
         if spec.datatype not in _DTYPES:
             raise ValueError(f"input '{spec.name}': datatype {spec.datatype} is not supported")
         dims = [d if d >= 0 else dynamic_dim for d in spec.shape]
         if -1 in spec.shape:
-            dims[spec.shape.index(-1)] = batch
+            dims[list(spec.shape).index(-1)] = batch
         dtype = _DTYPES[spec.datatype]
         if dtype.kind == "f":
             out[spec.name] = rng.standard_normal(dims).astype(dtype)
@@ -153,33 +147,42 @@ class LoadResult:
         return {**asdict(self), **derived, "other_cpu_cores": self.other_cpu_cores}
 
     def summary(self) -> str:
-        lat, batch = self.latency_ms, _fmt(self.mean_exec_batch)
+        lat, batch = self.latency_ms, fmt(self.mean_exec_batch)
         return (
             f"{self.spec.model} c={self.spec.concurrency}: {self.req_per_s:.1f} req/s, "
             f"{self.infer_per_s:.1f} infer/s, p50/p90/p99 {lat['p50']:.2f}/{lat['p90']:.2f}/"
             f"{lat['p99']:.2f} ms, errors {self.errors}, mean exec batch {batch} "
-            f"({_fmt(self.mean_exec_ms)} ms each), cpu client/server/others "
-            f"{self.client_cpu_cores:.2f}/{_fmt(self.server_cpu_cores)}/"
-            f"{_fmt(self.other_cpu_cores)} cores" + (" [CAPPED]" if self.capped else "")
+            f"({fmt(self.mean_exec_ms)} ms each), cpu client/server/others "
+            f"{self.client_cpu_cores:.2f}/{fmt(self.server_cpu_cores)}/"
+            f"{fmt(self.other_cpu_cores)} cores" + (" [CAPPED]" if self.capped else "")
         )
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
 
 
 async def _sleep_until(wall: float) -> None:
     await asyncio.sleep(max(0.0, wall - time.time()))
 
 
-async def _until_done(sampler: Awaitable[None], load: Awaitable[object]) -> None:
-    """Run the load with a sampler that waits for the window's end; a capped load ends
-    early, and the sampler with it."""
-    task = asyncio.ensure_future(sampler)
-    await load
+async def _sampled(
+    load: Awaitable[T], timeline: Timeline, sample: Callable[[], Any]
+) -> tuple[T, list[Any]]:
+    """``load``'s result, and ``sample()`` at the window's start and at its end, or when a
+    capped load ended before it (no samples when it ended before the window began)."""
+    samples: list[Any] = []
+
+    async def sampler() -> None:
+        await _sleep_until(timeline.window_start)
+        samples.append(sample())
+        try:
+            await _sleep_until(timeline.window_end)
+        finally:
+            samples.append(sample())
+
+    task = asyncio.ensure_future(sampler())
+    result = await load
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    return result, samples
 
 
 async def closed_loop(calls: Sequence[Call], timeline: Timeline, cap: int) -> ClientReport:
@@ -212,15 +215,9 @@ async def closed_loop(calls: Sequence[Call], timeline: Timeline, cap: int) -> Cl
                     report.latencies_ms.append((t1 - t0) * 1e3)
                 report.last_done = max(report.last_done, t1 - offset)
 
-    async def cpu_sampler() -> None:
-        await _sleep_until(timeline.window_start)
-        before = time.process_time()
-        try:
-            await _sleep_until(timeline.window_end)
-        finally:  # at the window's end, or when the cap ended the run before it
-            report.cpu_s = time.process_time() - before
-
-    await _until_done(cpu_sampler(), asyncio.gather(*(worker(call) for call in calls)))
+    load = asyncio.gather(*(worker(call) for call in calls))
+    _, cpu = await _sampled(load, timeline, time.process_time)
+    report.cpu_s = cpu[1] - cpu[0] if len(cpu) == 2 else 0.0
     return report
 
 
@@ -237,17 +234,6 @@ class Window:
     def requests(self) -> int:
         return len(self.report.latencies_ms)
 
-    @property
-    def rps(self) -> float:
-        return self.requests / self.seconds if self.seconds > 0 else 0.0
-
-    def pct(self, q: float) -> float:
-        latencies = self.report.latencies_ms
-        return float(np.percentile(latencies, q)) if latencies else float("nan")
-
-    def per_request(self, index: int) -> float:
-        return self.deltas[index] / max(self.requests, 1)
-
 
 async def drive(
     calls: Sequence[Call],
@@ -260,22 +246,7 @@ async def drive(
     ends of the measured window. Raises when a call failed: such a window measures errors."""
     start = time.time()
     timeline = Timeline(start + warmup, start + warmup + duration)
-    samples: list[tuple[float, ...]] = []
-    reports: list[ClientReport] = []
-
-    async def sampler() -> None:
-        await _sleep_until(timeline.window_start)
-        samples.append(sample())
-        try:
-            await _sleep_until(timeline.window_end)
-        finally:
-            samples.append(sample())
-
-    async def load() -> None:
-        reports.append(await closed_loop(calls, timeline, cap))
-
-    await _until_done(sampler(), load())
-    report = reports[0]
+    report, samples = await _sampled(closed_loop(calls, timeline, cap), timeline, sample)
     if report.errors:
         raise RuntimeError(f"{report.errors.total()} calls failed; first: {report.first_error}")
     seconds = report.last_done - timeline.window_start if report.capped else duration
@@ -331,12 +302,6 @@ async def _observe(
     }
 
 
-def _stub_calls(
-    stub: pb_grpc.GRPCInferenceServiceStub, request: pb.ModelInferRequest, spec: LoadSpec, n: int
-) -> list[Call]:
-    return [lambda: stub.ModelInfer(request, timeout=spec.timeout)] * n
-
-
 def _child(
     spec: LoadSpec, request: bytes, concurrency: int, cap: int, outbox: Any, go: Any
 ) -> None:
@@ -351,7 +316,8 @@ def _child(
             timeline: Timeline = await asyncio.to_thread(go.get, True, READY_TIMEOUT_S)
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             message = pb.ModelInferRequest.FromString(request)
-            return await closed_loop(_stub_calls(stub, message, spec, concurrency), timeline, cap)
+            calls = [lambda: stub.ModelInfer(message, timeout=spec.timeout)] * concurrency
+            return await closed_loop(calls, timeline, cap)
 
     try:
         outbox.put(asyncio.run(main()))
@@ -403,25 +369,24 @@ async def _run_processes(
                 proc.join(5)
 
 
-async def run_load(
-    spec: LoadSpec, request: pb.ModelInferRequest | None = None, inferences: int = 1
-) -> LoadResult:
+async def run_load(spec: LoadSpec, request: pb.ModelInferRequest | None = None) -> LoadResult:
     """One closed-loop ModelInfer measurement; the request is synthesized from
-    ModelMetadata when None."""
+    ModelMetadata when None (a given request counts as one inference)."""
     if spec.concurrency < 1 or spec.processes < 1 or spec.max_requests < 1:
         raise ValueError("concurrency, processes and max_requests must be >= 1")
     async with grpc.aio.insecure_channel(spec.url, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        inferences = 1
         if request is None:
             meta = await stub.ModelMetadata(pb.ModelMetadataRequest(name=spec.model), timeout=10)
-            specs = [InputSpec(t.name, t.datatype, tuple(t.shape)) for t in meta.inputs]
-            request = infer_request(spec.model, synthesize(specs, spec.batch, spec.dynamic_dim))
-            inferences = spec.batch if any(-1 in s.shape for s in specs) else 1
+            tensors = synthesize(meta.inputs, spec.batch, spec.dynamic_dim)
+            request = infer_request(spec.model, tensors)
+            inferences = spec.batch if any(-1 in t.shape for t in meta.inputs) else 1
         await stub.ModelInfer(request, timeout=spec.timeout)  # fail fast on a bad setup
         if spec.processes == 1:
             start = time.time()
             timeline = Timeline(start + spec.warmup, start + spec.warmup + spec.duration)
-            calls = _stub_calls(stub, request, spec, spec.concurrency)
+            calls = [lambda: stub.ModelInfer(request, timeout=spec.timeout)] * spec.concurrency
             report, observed = await asyncio.gather(
                 closed_loop(calls, timeline, spec.max_requests), _observe(stub, spec, timeline)
             )

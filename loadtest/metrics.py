@@ -24,14 +24,10 @@ def summarize_latencies(latencies_ms: Sequence[float]) -> dict[str, float]:
     return {"p50": p50, "p90": p90, "p99": p99, "mean": arr.mean(), "max": arr.max()}
 
 
-def _seconds(fields: list[str]) -> float:
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
-
-
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of one process (all its threads); None when it is gone."""
     fields = stat_fields(f"/proc/{pid}/stat")
-    return None if fields is None else _seconds(fields)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
 def tree_cpu_seconds(root_pid: int) -> float | None:
@@ -70,6 +66,9 @@ def thread_cpu_seconds(pid: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def loop_thread_seconds(pid: int) -> float:
-    """CPU seconds of the first thread of ``pid``: in our servers, the event loop's."""
-    return sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))
+def engine_cpu(pid: int | None) -> tuple[float, float]:
+    """(whole process, first thread) CPU seconds of ``pid``, in our servers the engine and
+    its event loop's thread; NaN for no process (one-process layout: no engine)."""
+    if pid is None:
+        return float("nan"), float("nan")
+    return process_cpu_seconds(pid) or 0.0, sum(thread_cpu_seconds(pid).get("main", (0.0, 0.0)))

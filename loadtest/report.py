@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shlex
@@ -36,7 +37,7 @@ def publish(text: str, out: Path | None) -> None:
         print(f"wrote {out}", file=sys.stderr)
 
 
-def write_json(raw: Mapping[str, Any], path: Path) -> None:
+def write_json(raw: Mapping[str, Any] | Sequence[Any], path: Path) -> None:
     """The raw numbers beside a report, so that the report can be rebuilt from them."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
@@ -54,6 +55,11 @@ def median(values: Iterable[float]) -> float:
     """The median, NaN for no values (a table cell says nan rather than the run failing)."""
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    """A table cell: ``x`` to ``digits`` decimals, n/a when unknown (None or NaN)."""
+    return "n/a" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
 def loadavg() -> str:

@@ -33,6 +33,7 @@ import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from loadtest.loadgen import CHANNEL_OPTIONS
 from loadtest.repository import ADD_SUB
 from loadtest.scenario import Scenario, register
 
@@ -81,10 +82,9 @@ class ModelThread:
 
     async def __call__(self, x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[tuple[bytes, bytes]] = loop.create_future()
         self._jobs.put((loop, future, (x, y, shape)))
-        result: tuple[bytes, bytes] = await future
-        return result
+        return await future
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:
@@ -196,9 +196,7 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
             outputs = [Output(name=f"OUTPUT{i}", datatype="FP32", shape=shape) for i in (0, 1)]
         elif name.startswith("identity"):
             outputs = [
-                Output(
-                    name="OUTPUT" + t.name.removeprefix("INPUT"), datatype=t.datatype, shape=t.shape
-                )
+                Output(name=t.name.replace("INPUT", "OUTPUT"), datatype=t.datatype, shape=t.shape)
                 for t in request.inputs
             ]
         else:
@@ -228,14 +226,7 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 async def serve(address: str, port: int, servicer: BareServicer) -> None:
-    limit = 2**31 - 1
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-        ]
-    )
+    server = grpc.aio.server(options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{address}:{port}")
     await server.start()

@@ -28,12 +28,11 @@ import numpy as np
 from models import mlp_model, mlp_reference
 from server_process import ServerProcess
 
-from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from loadtest import RESULTS
 from loadtest.ceiling import measure_ceiling
-from loadtest.loadgen import CHANNEL_OPTIONS, LoadSpec, run_load
-from loadtest.report import loadavg, machine_info, plot, table, write_json
+from loadtest.loadgen import CHANNEL_OPTIONS, LoadSpec, infer_request, run_load
+from loadtest.report import fmt, loadavg, machine_info, plot, table, write_json
 from loadtest.repository import add_sub, batching, onnx_model, parameters
 from loadtest.scenario import Scenario, register, window_args
 
@@ -66,9 +65,7 @@ async def check_outputs(url: str, width: int, layers: int) -> None:
     async with grpc.aio.insecure_channel(url, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         for model in MLP_MODELS:
-            request = pb.ModelInferRequest(model_name=model, raw_input_contents=[x.tobytes()])
-            request.inputs.add(name="INPUT0", datatype="FP32", shape=x.shape)
-            reply = await stub.ModelInfer(request, timeout=30)
+            reply = await stub.ModelInfer(infer_request(model, {"INPUT0": x}), timeout=30)
             y = np.frombuffer(reply.raw_output_contents[0], "<f4").reshape(1, width)
             if not np.allclose(y, mlp_reference(x, width=width, layers=layers), 1e-4, 1e-4):
                 raise RuntimeError(f"{model}: served output differs from the numpy reference")
@@ -95,10 +92,6 @@ def _find(rows: Sequence[Row], model: str, concurrency: int) -> Row | None:
 def ceiling_size(mean_batch: float) -> int:
     """The ceiling's batch size that stands for a mean executed batch size."""
     return max(1, round(mean_batch))
-
-
-def _fmt(x: float | None, digits: int = 2) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 class Ratio(NamedTuple):
@@ -201,10 +194,10 @@ def _load_table(rows: Sequence[Row]) -> list[str]:
         cells.append(
             [
                 *(r["spec"]["model"], r["spec"]["concurrency"], f"{rate:.1f}"),
-                *(f"{r['infer_per_s']:.1f}", *(_fmt(lat[p]) for p in ("p50", "p90", "p99"))),
-                *(r["errors"], _fmt(r["mean_exec_batch"]), _fmt(r.get("mean_exec_ms"), 3)),
-                *(_fmt(r["client_cpu_cores"]), _fmt(server), _fmt(r["other_cpu_cores"])),
-                *(_fmt(per_req, 3), f"{r['requests']}{' (capped)' if r['capped'] else ''}"),
+                *(f"{r['infer_per_s']:.1f}", *(fmt(lat[p]) for p in ("p50", "p90", "p99"))),
+                *(r["errors"], fmt(r["mean_exec_batch"]), fmt(r.get("mean_exec_ms"), 3)),
+                *(fmt(r["client_cpu_cores"]), fmt(server), fmt(r["other_cpu_cores"])),
+                *(fmt(per_req, 3), f"{r['requests']}{' (capped)' if r['capped'] else ''}"),
             ]
         )
     columns = [c.replace("_", " ") for c in LOAD_COLUMNS.split()]
@@ -218,7 +211,7 @@ def markdown(raw: dict[str, Any], ratios: Sequence[Ratio]) -> str:
     out = ["# Load test: dynamic batching", "", f"Run: {settings['mode']}.", ""]
     out += [f"Command (from the repository root): `{raw['command']}`", "", "## Target ratios", ""]
     cells = [
-        [f"({r.key})", r.title, _fmt(r.value), r.target, "n/a" if r.met is None else
+        [f"({r.key})", r.title, fmt(r.value), r.target, "n/a" if r.met is None else
          ("yes" if r.met else "**no**"), r.detail]
         for r in ratios
     ]  # fmt: skip

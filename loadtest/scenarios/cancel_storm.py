@@ -59,9 +59,7 @@ def _memory(supervisor: int, engine: int | None) -> dict[str, float]:
     tree = process_tree(supervisor)
     roles = {"supervisor": rss_mb(supervisor) or 0.0, "engine": rss_mb(engine or 0) or 0.0}
     frontends = 0
-    for pid in sorted(pid for pid, parent in tree.items() if parent == supervisor):
-        if pid == engine:
-            continue
+    for pid in sorted(p for p, parent in tree.items() if parent == supervisor and p != engine):
         try:
             tracker = b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

@@ -8,13 +8,13 @@ by default, or ``--model FILE.onnx`` with float inputs.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 from models import mlp_model
 
 from loadtest.ceiling import measure_ceiling
+from loadtest.report import write_json
 from loadtest.scenario import Scenario, register, window_args
 
 
@@ -48,5 +48,5 @@ class Ceiling(Scenario):
                 f"({pt.ms_per_run:.3f} ms/run, {pt.runs} runs, {pt.threads} threads)"
             )
         if args.json:
-            args.json.write_text(json.dumps([pt.to_dict() for pt in points], indent=2) + "\n")
+            write_json([pt.to_dict() for pt in points], args.json)
         return 0

@@ -305,12 +305,10 @@ def _table(servers: Sequence[Any], workloads: Sequence[Workload]) -> list[str]:
     head += [f"{o.label} µs/req" for o in others] + [f"{r.label} req/s" for r in rated]
     rows = []
     for work in workloads:
-        b, o = _cpu(bare, work.key), _cpu(ours, work.key)
-        rows.append(
-            [work.title, work.concurrency, f"{b:.0f}", f"{o:.0f}", f"{o / b:.2f}"]
-            + [f"{_cpu(other, work.key):.0f}" for other in others]
-            + [f"{_rate(r, work.key):.0f}" for r in rated]
-        )
+        cpu = [f"{_cpu(s, work.key):.0f}" for s in servers]  # bare, ours, then the others
+        ratio = f"{_cpu(ours, work.key) / _cpu(bare, work.key):.2f}"
+        rates = [f"{_rate(r, work.key):.0f}" for r in rated]
+        rows.append([work.title, work.concurrency, *cpu[:2], ratio, *cpu[2:], *rates])
     return table(head, rows, "l" + "r" * (len(head) - 1))
 
 
@@ -361,15 +359,11 @@ def _targets(servers: Sequence[Any], measured: set[str], p50_of: str = "add_sub"
 def _floors(servers: Sequence[Any]) -> list[str]:
     """What the least rule-abiding server costs, against the 1.15 x bare target."""
     bare, ours, *others = servers
-    floors = [o for o in others if o.label in FLOORS]
-    if not floors:
+    costs = [(o.label, _cpu(o, "add_sub")) for o in others if o.label in FLOORS]
+    if not costs:
         return []
     base, mine = _cpu(bare, "add_sub"), _cpu(ours, "add_sub")
-    cells = []
-    for floor in floors:
-        cost = _cpu(floor, "add_sub")
-        cells.append([floor.label, FLOORS[floor.label][1], f"{cost:.0f}", f"{cost / base:.2f}"])
-        cells[-1].append(f"{mine / cost:.2f}")
+    cells = [[n, FLOORS[n][1], f"{c:.0f}", f"{c / base:.2f}", f"{mine / c:.2f}"] for n, c in costs]
     head = ["server", "what it adds to bare+uvloop", "µs/req", "/ bare", "ours / it"]
     return [
         "## Floors under ours (add_sub c=8)",
@@ -466,9 +460,7 @@ class CpuBench(Scenario):
             "--baseline-ref", action="append", default=[],
             help="also measure our server as of this git ref (repeatable)",
         )  # fmt: skip
-        p.add_argument(
-            "--frontends", type=int, default=0, help="ours' --frontends (0: one process)"
-        )
+        p.add_argument("--frontends", type=int, default=0, help="our --frontends (0: one process)")
         p.add_argument("--floors", action="store_true", help="also the bare servicer's floors")
         p.add_argument("--only", nargs="*", default=[], help="workload keys to run (default: all)")
         p.add_argument("--threads", action="store_true", help="report CPU per thread too")

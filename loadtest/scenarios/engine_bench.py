@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from loadtest.loadgen import drive
-from loadtest.metrics import loop_thread_seconds, process_cpu_seconds
+from loadtest.metrics import engine_cpu
 from loadtest.report import publish, table
 from loadtest.repository import add_sub, batching, identity_backend
 from loadtest.scenario import Scenario, register, window_args
@@ -46,16 +46,13 @@ async def measure(args: argparse.Namespace, address: str, pid: int) -> list[list
             request = InferRequest(model_name=model, inputs=inputs)
             calls = [lambda r=request: client.infer(r)] * args.concurrency
             # The loop's thread against the rest (instance threads): which one caps the engine.
-            w = await drive(
-                calls, args.warmup, args.duration,
-                sample=lambda: (process_cpu_seconds(pid) or 0.0, loop_thread_seconds(pid)),
-            )  # fmt: skip
-            engine, loop = w.deltas
+            w = await drive(calls, args.warmup, args.duration, sample=lambda: engine_cpu(pid))
+            (engine, loop), requests = w.deltas, max(w.requests, 1)
             rows.append(
                 [
-                    *(model, f"{w.rps:,.0f}", f"{engine / w.seconds:.2f}"),
-                    *(f"{1e6 * w.per_request(0):.1f}", f"{w.requests / engine:,.0f}"),
-                    *(f"{1e6 * w.per_request(1):.1f}", f"{loop / w.seconds:.2f}"),
+                    *(model, f"{w.requests / w.seconds:,.0f}", f"{engine / w.seconds:.2f}"),
+                    *(f"{1e6 * engine / requests:.1f}", f"{w.requests / engine:,.0f}"),
+                    *(f"{1e6 * loop / requests:.1f}", f"{loop / w.seconds:.2f}"),
                     f"{w.report.cpu_s / w.seconds:.2f}",
                 ]
             )

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from server_process import ServerProcess
 
 from loadtest import RESULTS
 from loadtest.loadgen import LoadSpec, run_load
-from loadtest.report import table, write_json
+from loadtest.report import fmt, table, write_json
 from loadtest.repository import batching, onnx_model, parameters
 from loadtest.scenario import Scenario, register, window_args
 from loadtest.scenarios.batching import ceiling_size
@@ -93,7 +95,6 @@ def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:
     """mlp and cnn on the GPU (``KIND_CPU`` with ``--device cpu``) with dynamic batching."""
     extra = batching(args.delay_us)
     extra += "optimization { cuda { graphs: true } }\n" if args.cuda_graphs else ""
-    # Triton's parameter: 0 EXHAUSTIVE (the default), 1 HEURISTIC, 2 DEFAULT.
     extra += parameters({"cudnn_conv_algo_search": str(CONV_ALGO_SEARCH[args.conv_algo_search])})
     w, kind = args.width, "KIND_GPU" if args.device == "gpu" else "KIND_CPU"
     models = {
@@ -109,19 +110,13 @@ def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:
     return {name: onnx_model(root, name, *model, **config) for name, model in models.items()}
 
 
-class UtilizationSampler:
-    """NVML GPU utilization of device 0 every 0.2 s in a thread (nothing without NVML)."""
+@contextmanager
+def gpu_utilization() -> Iterator[list[tuple[float, float]]]:
+    """(time, NVML GPU utilization of device 0) every 0.2 s in a thread (none without NVML)."""
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
 
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> UtilizationSampler:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
+    def sample() -> None:
         try:
             import pynvml
 
@@ -129,17 +124,16 @@ class UtilizationSampler:
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         except Exception:  # no NVML: utilization n/a
             return
-        while not self._stop.wait(0.2):
-            rate = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-            self.samples.append((time.time(), rate / 100))
+        while not stop.wait(0.2):
+            samples.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100))
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def mean_after(self, start: float) -> float | None:
-        values = [u for t, u in self.samples if t >= start]
-        return sum(values) / len(values) if values else None
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def serve_scenarios(url: str, pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -148,10 +142,11 @@ async def serve_scenarios(url: str, pid: int, args: argparse.Namespace) -> list[
     rows = []
     for model in ("mlp", "cnn"):
         for concurrency in sorted(args.concurrency):
-            with UtilizationSampler() as sampler:
-                begin = time.time()
+            with gpu_utilization() as samples:
+                begin = time.time() + args.warmup
                 result = await run_load(replace(base, model=model, concurrency=concurrency))
-            row = {**result.to_dict(), "gpu_utilization": sampler.mean_after(begin + args.warmup)}
+            busy = [u for t, u in samples if t >= begin]
+            row = {**result.to_dict(), "gpu_utilization": sum(busy) / len(busy) if busy else None}
             print(f"  {result.summary()}, gpu util {row['gpu_utilization']}", file=sys.stderr)
             rows.append(row)
     return rows
@@ -201,10 +196,8 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> str:
         cells.append(
             [
                 *(model, c, f"{row['infer_per_s']:.0f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}"),
-                "n/a" if batch is None else f"{batch:.1f}",
-                "n/a" if util is None else f"{util:.0%}",
-                "n/a" if ceiling is None else f"{ceiling['best']:.0f}",
-                "n/a" if ratio is None else f"{ratio:.2f}",
+                *(fmt(batch, 1), "n/a" if util is None else f"{util:.0%}"),
+                *(fmt(ceiling["best"] if ceiling else None, 0), fmt(ratio)),
             ]
         )
         if c == TARGET_CONCURRENCY and ratio is not None:

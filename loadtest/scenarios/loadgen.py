@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from loadtest.loadgen import LoadSpec, run_load
+from loadtest.report import write_json
 from loadtest.scenario import Scenario, register, window_args
 
 
@@ -52,5 +52,5 @@ class Loadgen(Scenario):
         if result.first_error:
             print(f"first error: {result.first_error}", file=sys.stderr)
         if args.json:
-            args.json.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+            write_json(result.to_dict(), args.json)
         return 1 if result.errors else 0

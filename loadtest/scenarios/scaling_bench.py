@@ -26,14 +26,9 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from loadtest.h2grpc import grpc_body, h2load, h2load_rate, model_successes
 from loadtest.loadgen import drive, infer_request
-from loadtest.metrics import (
-    loop_thread_seconds,
-    machine_busy_seconds,
-    process_cpu_seconds,
-    tree_cpu_seconds,
-)
+from loadtest.metrics import engine_cpu, machine_busy_seconds, summarize_latencies, tree_cpu_seconds
 from loadtest.processes import engine_pid, service
-from loadtest.report import median, publish, table
+from loadtest.report import fmt, median, publish, table
 from loadtest.repository import add_sub, batching, identity_backend
 from loadtest.scenario import Scenario, register, window_args
 
@@ -45,19 +40,13 @@ SCENARIOS = [
     ("identity 1 MiB c=8", "identity", 8, 1 << 18),
 ]
 Rows = dict[tuple[int, str], list[dict[str, float]]]
+CORES = ("server_cores", "engine_cores", "engine_loop_cores", "others_cores")  # per row
 
 
 def request(model: str, width: int = 16) -> pb.ModelInferRequest:
     if model == "identity":
         return infer_request(model, {"INPUT0": np.ones(width, np.float32)})
     return infer_request(model, {f"INPUT{i}": np.ones((1, width), np.float32) for i in (0, 1)})
-
-
-def engine_cpu(pid: int | None) -> tuple[float, float]:
-    """(whole process, loop thread) CPU seconds of the engine; NaN in one process."""
-    if pid is None:
-        return float("nan"), float("nan")
-    return process_cpu_seconds(pid) or 0.0, loop_thread_seconds(pid)
 
 
 def load_row(
@@ -93,7 +82,7 @@ async def p50_c1(url: str, count: int) -> float:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         await drive([lambda: stub.ModelInfer(message)], 0.0, 0.3)
         window = await drive([lambda: stub.ModelInfer(message)], 0.0, 60.0, cap=count)
-    return window.pct(50)
+    return summarize_latencies(window.report.latencies_ms)["p50"]
 
 
 def scaling_lines(rows: Rows, modes: list[int]) -> list[str]:
@@ -165,22 +154,16 @@ class ScalingBench(Scenario):
         with tempfile.TemporaryDirectory() as tmp:
             rows = measure(args, Path(tmp))
 
-        def cores(value: float) -> str:
-            return "n/a" if np.isnan(value) else f"{value:.2f}"
-
         cells = []
-        for (mode, scenario), items in sorted(rows.items()):
+        for (mode, label), items in sorted(rows.items()):
             med = {k: median(r[k] for r in items) for k in items[0]}
             if "p50_ms" in med:
-                cells.append([mode, scenario, "", "", "", "", "", "", f"{med['p50_ms']:.3f}"])
-                continue
-            cells.append(
-                [
-                    *(mode, scenario, f"{med['rps']:,.0f}", f"{med['cpu_ms_per_req']:.3f}"),
-                    *(f"{med['server_cores']:.2f}", cores(med["engine_cores"])),
-                    *(cores(med["engine_loop_cores"]), f"{med['others_cores']:.2f}", ""),
-                ]
-            )
+                cells.append([mode, label, *[""] * 6, f"{med['p50_ms']:.3f}"])
+            else:
+                cores = [fmt(med[key]) for key in CORES]
+                cells.append(
+                    [mode, label, f"{med['rps']:,.0f}", fmt(med["cpu_ms_per_req"], 3), *cores, ""]
+                )
         head = ["--frontends", "scenario", "req/s", "server CPU ms/req", "server cores"]
         head += ["engine cores", "engine loop thread cores", "others' cores", "p50 c=1 ms"]
         lines = [

@@ -66,9 +66,9 @@ def test_thread_cpu_names_the_loop_thread_main() -> None:
 
 
 def test_engine_cpu_without_an_engine_is_nan() -> None:
-    total, loop = scaling_bench.engine_cpu(None)
+    total, loop = metrics.engine_cpu(None)
     assert total != total and loop != loop  # NaN: the one-process layout has no engine
-    total, loop = scaling_bench.engine_cpu(os.getpid())
+    total, loop = metrics.engine_cpu(os.getpid())
     assert total >= loop >= 0
 
 
