@@ -42,13 +42,17 @@ Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes]]]]
 
 
 def snapshot(versions: Iterable[ModelVersion]) -> Snapshot:
-    """The engine's ready versions as frontends validate against them. Ensembles and
-    decoupled models are left out: their requests are validated step by step or stream
-    through the engine's own path."""
+    """The engine's ready versions as frontends validate against them. Ensembles, decoupled
+    and sequence models are left out: their requests are validated step by step, stream
+    through the engine's own path, or go to a scheduler that validates them itself."""
     table: Snapshot = {}
     for model in versions:
         config = model.config
-        if config.platform == "ensemble" or config.model_transaction_policy.decoupled:
+        if (
+            config.platform == "ensemble"
+            or config.model_transaction_policy.decoupled
+            or config.HasField("sequence_batching")
+        ):
             continue
         latest, entries = table.setdefault(model.name, (0, {}))
         entries[model.version] = (model.generation, config.SerializeToString())

@@ -14,9 +14,11 @@ import models
 import numpy as np
 import pytest
 
+from inference import model_config_pb2 as mc
 from service.core.checked import ModelSnapshot, checked_job, snapshot
 from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
+from service.core.model import ModelVersion
 from service.core.validation import prepare_job
 from service.engine.channel_server import EngineServer
 from service.errors import InvalidArgument
@@ -196,3 +198,25 @@ async def test_frontends_follow_loads_and_unloads(manager: ModelManager) -> None
     finally:
         client.close()
         await engine.close()
+
+
+def test_only_models_whose_schedulers_take_checked_jobs_are_in_the_snapshot() -> None:
+    """Sequence, decoupled and ensemble models validate in the engine's own paths: a
+    frontend checking their requests would only do the work twice."""
+
+    def version(name: str, **fields: object) -> ModelVersion:
+        config = mc.ModelConfig(name=name, max_batch_size=8, **fields)  # type: ignore[arg-type]
+        return ModelVersion(name, 1, config)
+
+    table = snapshot(
+        [
+            version("plain"),
+            version("sequence", sequence_batching=mc.ModelSequenceBatching()),
+            version(
+                "decoupled",
+                model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
+            ),
+            version("ensemble", platform="ensemble"),
+        ]
+    )
+    assert list(table) == ["plain"]
