@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "KEEP_FREE_BYTES",
@@ -37,17 +38,21 @@ log = logging.getLogger(__name__)
 TRIM_THRESHOLD_BYTES = 16 * 1024 * 1024
 
 
-def _glibc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
+def _glibc(name: str, *argtypes: type[ctypes._SimpleCData[Any]]) -> Any:
+    """The C library's function ``name``, typed; None where it has none (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
     except (OSError, AttributeError, TypeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return lambda: trim(0)
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
+
+
+def _glibc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
+    trim = _glibc("malloc_trim", ctypes.c_size_t)
+    return None if trim is None else lambda: trim(0)
 
 
 #: Blocks up to this size come from the heap, so a freed one is reused by the next request
@@ -73,14 +78,8 @@ def reuse_freed_pages() -> bool:
     handed back by ``after_failed_request`` (malloc_trim ignores the threshold), and
     tests/gateway/test_refused_memory.py holds (with 16 / 32 MiB it did not, once).
     False where the C library has no mallopt (not glibc). Decision 036."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(
+    mallopt = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+    return mallopt is not None and bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         and mallopt(_M_TRIM_THRESHOLD, KEEP_FREE_BYTES)
     )
