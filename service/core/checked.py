@@ -6,8 +6,10 @@ piece of Python it ran per request. Each frontend therefore holds every ready mo
 version's configuration (``ModelSnapshot``, broadcast by the engine whenever its models
 change) and runs the very same ``prepare_job`` on a plain request before sending it. A
 request that passes crosses with a ``Checked`` mark: the version's generation, its batch
-size and its outputs; the engine, finding that same generation loaded, builds the job's
-arrays over the request's bytes without checking them again (``checked_job``).
+size, its outputs and, for a model whose responses the engine caches, the cache key of
+small inputs (hashing is per byte); the engine, finding that same generation loaded,
+builds the job's arrays over the request's bytes without checking them again
+(``checked_job``) and looks the key up as it is.
 
 The engine stays the authority. A request the frontend could not check (a model it does
 not know yet, shared memory, BYTES tensors), one that failed there, or one
@@ -26,6 +28,7 @@ import numpy as np
 from inference import model_config_pb2 as mc
 from wire import datatypes
 
+from ..cache import cache_key
 from ..errors import ServerError
 from ..scheduling.base import Array, Job
 from ..types import InferRequest, InputTensor, RequestedOutput
@@ -34,14 +37,19 @@ from .validation import job_of, prepare_job
 
 __all__ = ["Checked", "ModelSnapshot", "checked_job", "snapshot"]
 
-#: (generation, batch size, the outputs to compute or None for all of them)
-Checked = tuple[int, int, list[str] | None]
+#: (generation, batch size, the outputs to compute or None for all of them, the response
+#: cache key or None)
+Checked = tuple[int, int, list[str] | None, bytes | None]
 
-#: name -> (the version "" resolves to, {version: (generation, serialized config)})
-Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes]]]]
+#: name -> (the version "" resolves to, {version: (generation, serialized config, cached)})
+Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes, bool]]]]
+
+#: Inputs up to this many bytes are hashed for the response cache on the frontend's loop;
+#: larger ones are left to the engine, which hashes them in a thread.
+HASH_INLINE_BYTES = 64 * 1024
 
 
-def snapshot(versions: Iterable[ModelVersion]) -> Snapshot:
+def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
     """The engine's ready versions as frontends validate against them. Ensembles, decoupled
     and sequence models are left out: their requests are validated step by step, stream
     through the engine's own path, or go to a scheduler that validates them itself."""
@@ -55,20 +63,24 @@ def snapshot(versions: Iterable[ModelVersion]) -> Snapshot:
         ):
             continue
         latest, entries = table.setdefault(model.name, (0, {}))
-        entries[model.version] = (model.generation, config.SerializeToString())
+        cached = cache and config.response_cache.enable
+        entries[model.version] = (model.generation, config.SerializeToString(), cached)
         table[model.name] = (max(latest, model.version), entries)
     return table
 
 
 class _Version:
-    __slots__ = ("generation", "model")
+    __slots__ = ("cached", "generation", "model")
 
-    def __init__(self, name: str, version: int, generation: int, config: bytes) -> None:
+    def __init__(
+        self, name: str, version: int, generation: int, config: bytes, cached: bool
+    ) -> None:
         parsed = mc.ModelConfig.FromString(config)
         self.model = ModelVersion(name, version, parsed)
         self.model.inputs = io_specs(list(parsed.input))
         self.model.outputs = io_specs(list(parsed.output))
         self.generation = generation
+        self.cached = cached
 
 
 class ModelSnapshot:
@@ -82,10 +94,10 @@ class ModelSnapshot:
         old = {(k[0], v.model.version): v for k, v in self._versions.items()}
         versions: dict[tuple[str, str], _Version] = {}
         for name, (latest, entries) in table.items():
-            for number, (generation, config) in entries.items():
+            for number, (generation, config, cached) in entries.items():
                 known = old.get((name, number))
-                if known is None or known.generation != generation:
-                    known = _Version(name, number, generation, config)
+                if known is None or known.generation != generation or known.cached != cached:
+                    known = _Version(name, number, generation, config, cached)
                 versions[(name, str(number))] = known
                 if number == latest:
                     versions[(name, "")] = known
@@ -102,11 +114,15 @@ class ModelSnapshot:
         for output in request.outputs:
             if _in_shared_memory(output):
                 return None
+        model = known.model
         try:
-            job = prepare_job(known.model, request)
+            job = prepare_job(model, request)
         except ServerError:
             return None  # the engine refuses it, in the words of the config it has loaded
-        return (known.generation, job.batch_size, job.outputs if request.outputs else None)
+        key = None
+        if known.cached and sum(a.nbytes for a in job.inputs.values()) <= HASH_INLINE_BYTES:
+            key = cache_key(model.name, model.version, job.inputs, job.outputs)
+        return (known.generation, job.batch_size, job.outputs if request.outputs else None, key)
 
 
 def _in_shared_memory(tensor: InputTensor | RequestedOutput) -> bool:
@@ -118,7 +134,7 @@ def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) ->
     """The job of a request a frontend validated against this very version: its arrays
     over the request's bytes, in the model's shapes, and its parameters parsed
     (``prepare_job`` without the checks)."""
-    _, batch_size, outputs = checked
+    _, batch_size, outputs, _ = checked
     specs = model.inputs
     leading: tuple[int, ...] = (batch_size,) if model.batched else ()
     inputs: dict[str, Array] = {}

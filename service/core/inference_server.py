@@ -30,7 +30,7 @@ from ..shm import (
 from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
-from .checked import Checked, Snapshot, checked_job, snapshot
+from .checked import HASH_INLINE_BYTES, Checked, Snapshot, checked_job, snapshot
 from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
@@ -67,7 +67,6 @@ EXTENSIONS: tuple[str, ...] = (
 )
 
 
-_HASH_INLINE_BYTES = 64 * 1024
 _SEQUENCE_POLL_S = 0.05  # how often a shutdown looks whether the sequences have ended
 
 #: Triton's answer to an inference request while the server stops (its schedulers').
@@ -325,12 +324,12 @@ class InferenceServer:
                 if regions is not None:
                     regions.release()
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, checked: Checked | None = None) -> InferResponse:
         """One request, one response. A decoupled model is refused, as Triton's ModelInfer
-        refuses it: its responses need a stream."""
+        refuses it: its responses need a stream. ``checked``: as for ``start_infer``."""
         if not self._accepting_unary:
             self._admit_while_stopping(request)
-        return await self._infer(request)
+        return await self._infer(request, checked)
 
     def watch_models(self, changed: Callable[[], None]) -> None:
         """``changed`` is called whenever the loaded versions may have changed."""
@@ -338,7 +337,7 @@ class InferenceServer:
 
     def models_snapshot(self) -> Snapshot:
         """The ready versions as frontends validate requests against them."""
-        return snapshot(self._models.loaded())
+        return snapshot(self._models.loaded(), self._cache is not None)
 
     def start_infer(
         self, request: InferRequest, answered: Answered, checked: Checked | None = None
@@ -360,10 +359,7 @@ class InferenceServer:
             or uses_shared_memory(request)
         ):
             return None
-        if checked is not None and checked[0] == model.generation:
-            job = checked_job(model, request, checked)
-        else:  # not checked, or against a version since replaced: checked here
-            job = prepare_job(model, request)
+        job, _ = self._job(model, request, checked)
         try:
             future = scheduler.enqueue(job)
         except ServerError as exc:
@@ -383,7 +379,7 @@ class InferenceServer:
             )
         return model
 
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, checked: Checked | None = None) -> InferResponse:
         """``infer`` awaited in a task: in one process (``--frontends 0``), and in the
         engine for what ``start_infer`` leaves to it."""
         start = time.monotonic_ns()
@@ -391,7 +387,20 @@ class InferenceServer:
         with self._inflight, model.lease():
             if uses_shared_memory(request):
                 return await self._infer_shm(model, request, start)
-            return await self._execute(model, prepare_job(model, request), start, request)
+            job, key = self._job(model, request, checked)
+            return await self._execute(model, job, start, request, key)
+
+    @staticmethod
+    def _job(
+        model: ModelVersion, request: InferRequest, checked: Checked | None
+    ) -> tuple[Job, bytes | None]:
+        """The request's job, built from a frontend's mark when it was checked against
+        this very version (core/checked.py) and validated here otherwise (not checked,
+        or against a version since replaced); and the response cache key the frontend
+        computed, if it did."""
+        if checked is not None and checked[0] == model.generation:
+            return checked_job(model, request, checked), checked[3]
+        return prepare_job(model, request), None
 
     async def _infer_shm(
         self, model: ModelVersion, request: InferRequest, start: int
@@ -407,12 +416,18 @@ class InferenceServer:
             regions.release()
 
     async def _execute(
-        self, model: ModelVersion, job: Job, start: int, request: InferRequest
+        self,
+        model: ModelVersion,
+        job: Job,
+        start: int,
+        request: InferRequest,
+        key: bytes | None = None,
     ) -> InferResponse:
-        """A validated unary request's execution (or cached answer), counted."""
+        """A validated unary request's execution (or cached answer), counted. ``key``:
+        its response cache key, when a frontend computed it."""
         try:
             if self._cache is not None and model.config.response_cache.enable:
-                response = await self._run_cached(model, job, start, request.id)
+                response = await self._run_cached(model, job, start, request.id, key)
                 if request.outputs and (counts := requested_classes(request)):
                     response.outputs = classify_outputs(model, response.outputs, counts)
                 return response
@@ -424,17 +439,18 @@ class InferenceServer:
             raise
 
     async def _run_cached(
-        self, model: ModelVersion, job: Job, start: int, request_id: str
+        self, model: ModelVersion, job: Job, start: int, request_id: str, key: bytes | None
     ) -> InferResponse:
         """Answer ``job`` from the response cache, or execute it and store its outputs."""
         assert model.scheduler is not None and self._cache is not None
         cache = self._cache
         lookup = time.monotonic_ns()
-        try:
-            key = await self._key(model, job)
-        except asyncio.CancelledError:  # the caller left before the scheduler had the job
-            model.stats.record_cancelled(time.monotonic_ns() - start)
-            raise
+        if key is None:
+            try:
+                key = await self._key(model, job)
+            except asyncio.CancelledError:  # the caller left before the scheduler had it
+                model.stats.record_cancelled(time.monotonic_ns() - start)
+                raise
         cached = cache.get(key)
         looked_up = time.monotonic_ns()
         if cached is not None:
@@ -453,7 +469,7 @@ class InferenceServer:
     async def _key(model: ModelVersion, job: Job) -> bytes:
         """Hash on the loop for small inputs, in a thread for large ones (never block)."""
         size = sum(a.nbytes for a in job.inputs.values())
-        if size <= _HASH_INLINE_BYTES:
+        if size <= HASH_INLINE_BYTES:
             return cache_key(model.name, model.version, job.inputs, job.outputs)
         return await asyncio.to_thread(
             cache_key, model.name, model.version, job.inputs, job.outputs

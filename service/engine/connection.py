@@ -36,6 +36,7 @@ from ..channel.messages import (
     encode_response,
 )
 from ..channel.slabs import Arena, ArenaMap
+from ..core.checked import Checked
 from ..core.unary import UnaryCall
 from ..errors import Internal, ServerError
 from ..telemetry.spans import begin_request
@@ -114,7 +115,9 @@ class FrontendConnection:
                     if call is not None:
                         self._unary[rid] = call
                         continue
-                self._tasks[rid] = loop.create_task(self._infer(rid, request, message[3]))
+                self._tasks[rid] = loop.create_task(
+                    self._infer(rid, request, message[3], message[4])
+                )
             elif op == STREAM:
                 rid = message[1]
                 request = decode_request(message[2], self._requests)
@@ -162,7 +165,9 @@ class FrontendConnection:
                 error = exc
         self.channel.send((ERROR, rid, portable(error or Internal("no response"))))
 
-    async def _infer(self, rid: int, request: InferRequest, carrier: Any) -> None:
+    async def _infer(
+        self, rid: int, request: InferRequest, carrier: Any, checked: Checked | None
+    ) -> None:
         send = self.channel.send
         try:
             tracing = self._tracing
@@ -170,12 +175,12 @@ class FrontendConnection:
                 trace = begin_request(tracing, "ModelInfer", request, carrier)
                 if trace is not None:
                     with trace:
-                        response = await self._core.infer(request)
+                        response = await self._core.infer(request, checked)
                         trace.executed(response.timings)
                         trace.answered(response)
                     send((RESULT, rid, encode_response(response, self._responses)))
                     return
-            response = await self._core.infer(request)
+            response = await self._core.infer(request, checked)
             send((RESULT, rid, encode_response(response, self._responses)))
         except asyncio.CancelledError:
             send((ERROR, rid, None))

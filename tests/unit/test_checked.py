@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from inference import model_config_pb2 as mc
-from service.core.checked import ModelSnapshot, checked_job, snapshot
+from service.cache import cache_key
+from service.core.checked import HASH_INLINE_BYTES, ModelSnapshot, checked_job, snapshot
 from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
 from service.core.model import ModelVersion
@@ -220,3 +221,31 @@ def test_only_models_whose_schedulers_take_checked_jobs_are_in_the_snapshot() ->
         ]
     )
     assert list(table) == ["plain"]
+
+
+async def test_the_frontend_computes_the_response_cache_key_of_small_inputs(
+    manager: ModelManager,
+) -> None:
+    """For a model whose responses the engine caches, the frontend's mark carries the key
+    the engine would compute; never when the engine has no cache, nor for inputs large
+    enough that the engine hashes them in a thread."""
+    loaded = manager.get("add_sub")
+    config = type(loaded.config)()
+    config.CopyFrom(loaded.config)
+    config.response_cache.enable = True
+    config.max_batch_size = 4096  # room for inputs over the frontend's hashing limit
+    cached = ModelVersion("add_sub", loaded.version, config)
+    cached.generation = loaded.generation
+    request = _add_sub()
+    job = prepare_job(loaded, request)
+    want = cache_key("add_sub", loaded.version, job.inputs, job.outputs)
+    for engine_caches, key in ((True, want), (False, None)):
+        table = ModelSnapshot()
+        table.update(snapshot([cached], engine_caches))
+        checked = table.check(request)
+        assert checked is not None and checked[3] == key
+    table = ModelSnapshot()
+    table.update(snapshot([cached], True))
+    rows = HASH_INLINE_BYTES // 32 + 1  # two FP32 inputs of 4 values a row: over the limit
+    big = table.check(_add_sub(rows=rows))
+    assert big is not None and big[3] is None
