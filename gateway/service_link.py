@@ -15,7 +15,6 @@ again.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -24,11 +23,12 @@ from typing import cast
 
 import grpc
 
-__all__ = ["FOLLOW_PATH", "ServiceLink"]
+from wire import gateway_link
+
+__all__ = ["ServiceLink"]
 
 log = logging.getLogger(__name__)
 
-FOLLOW_PATH = "/triton_gateway.GatewayLink/Follow"
 _RETRY_S = 1.0
 #: After the report: how long the service gets to end the call (it has read the report).
 _REPORT_WAIT_S = 1.0
@@ -44,7 +44,7 @@ class ServiceLink:
 
     def __init__(self, channel: grpc.Channel, on_stop: Callable[[float], None]) -> None:
         self._follow = channel.stream_stream(
-            FOLLOW_PATH, request_serializer=_identity, response_deserializer=_identity
+            gateway_link.PATH, request_serializer=_identity, response_deserializer=_identity
         )
         self._on_stop = on_stop
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
@@ -70,7 +70,7 @@ class ServiceLink:
             outbox = self._outbox if self.noticed else None
         if outbox is None:
             return
-        outbox.put(json.dumps({"left": left}).encode())
+        outbox.put(gateway_link.encode(gateway_link.LEFT, left))
         self._ended.wait(_REPORT_WAIT_S)
 
     def close(self) -> None:
@@ -101,7 +101,7 @@ class ServiceLink:
             call.initial_metadata()  # sent by the service as it takes the call
             self.linked.set()
             for frame in call:
-                seconds = _stop_seconds(frame)
+                seconds = gateway_link.seconds(frame, gateway_link.STOP)
                 if seconds is not None and not self.noticed:
                     with self._lock:
                         self.noticed = True
@@ -118,13 +118,3 @@ class ServiceLink:
             outbox.put(None)
             self._ended.set()
         return True
-
-
-def _stop_seconds(frame: bytes) -> float | None:
-    try:
-        value = json.loads(frame).get("stop")
-    except (ValueError, AttributeError):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return max(0.0, float(value))

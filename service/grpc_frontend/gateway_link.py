@@ -10,9 +10,9 @@ signals the server's one pid), so each gateway holds one call of this private me
 on its channel: at the stop it gets a notice with the exit timeout, runs Triton's HTTP
 stop itself (the countdown lines are its), and answers with the seconds it left.
 
-Wire: raw bytes, one JSON object per message. Service to gateway ``{"stop": seconds}``;
-gateway to service ``{"left": seconds}``, then its half-close. Private to our two
-processes: no proto, no reflection entry; a caller that is not a gateway can at most hold
+Wire (``wire/gateway_link.py``): service to gateway ``{"stop": seconds}``; gateway to
+service ``{"left": seconds}``, then its half-close. A caller that is not a gateway can at
+most hold
 the stop for the exit timeout, which bounds the wait (docs/decisions/033-http-connections-
 before-the-core-stops.md).
 """
@@ -20,32 +20,20 @@ before-the-core-stops.md).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-__all__ = ["LINK_METHOD", "LINK_SERVICE", "GatewayLinks"]
+from wire import gateway_link
+
+__all__ = ["GatewayLinks"]
 
 log = logging.getLogger(__name__)
 
-LINK_SERVICE = "triton_gateway.GatewayLink"
-LINK_METHOD = "Follow"
 #: Beyond the exit timeout: the gateway's last answers and its report on the way.
 _REPORT_MARGIN_S = 2.0
-
-
-def _left(frame: bytes) -> float | None:
-    """The seconds a gateway's report leaves; None for anything else."""
-    try:
-        value = json.loads(frame).get("left")
-    except (ValueError, AttributeError):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return max(0.0, float(value))
 
 
 class GatewayLinks:
@@ -64,7 +52,9 @@ class GatewayLinks:
     def rpc_handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         """For ``grpc.aio.Server.add_generic_rpc_handlers``; raw bytes both ways."""
         follow = grpc.stream_stream_rpc_method_handler(self._follow)
-        return grpc.method_handlers_generic_handler(LINK_SERVICE, {LINK_METHOD: follow})
+        return grpc.method_handlers_generic_handler(
+            gateway_link.SERVICE, {gateway_link.METHOD: follow}
+        )
 
     async def _follow(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -76,9 +66,9 @@ class GatewayLinks:
         try:
             await context.send_initial_metadata(())  # the gateway knows it is followed
             await self._stopping.wait()
-            yield json.dumps({"stop": self._seconds}).encode()
+            yield gateway_link.encode(gateway_link.STOP, self._seconds)
             async for frame in requests:
-                left = _left(frame)
+                left = gateway_link.seconds(frame, gateway_link.LEFT)
                 if left is not None:
                     report.set_result(left)
                     break

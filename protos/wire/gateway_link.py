@@ -1,0 +1,36 @@
+"""The private call a REST gateway holds open on the service to follow its stop: its
+name and its two messages, written once for both sides (``gateway/service_link.py``,
+``service/grpc_frontend/gateway_link.py``; decision 033).
+
+Raw bytes, one JSON object per message: service to gateway ``{"stop": seconds}`` (the
+exit timeout the gateway's HTTP stop gets), gateway to service ``{"left": seconds}`` (what
+it left of it). No proto and no reflection entry: it is private to our two processes.
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["LEFT", "METHOD", "PATH", "SERVICE", "STOP", "encode", "seconds"]
+
+SERVICE = "triton_gateway.GatewayLink"
+METHOD = "Follow"
+PATH = f"/{SERVICE}/{METHOD}"
+STOP = "stop"  # service -> gateway: the exit timeout
+LEFT = "left"  # gateway -> service: the seconds of it left
+
+
+def encode(key: str, value: float) -> bytes:
+    """One message: ``{key: value}``."""
+    return json.dumps({key: value}).encode()
+
+
+def seconds(frame: bytes, key: str) -> float | None:
+    """The non-negative seconds under ``key`` in ``frame``; None for anything else."""
+    try:
+        value = json.loads(frame).get(key)
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return max(0.0, float(value))
