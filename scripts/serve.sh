@@ -78,11 +78,13 @@ service_pid=$!
 gateway_pid=$!
 
 stop() { kill -TERM "$service_pid" "$gateway_pid" 2>/dev/null || true; }
-trap stop INT TERM
+signalled=0
+trap 'signalled=1; stop' INT TERM
 
 # When either process ends, stop the other and exit with the status of the one that ended
 # (a busy port: its 1, not the other's 143 from being stopped mid-start). On a signal to
-# this script both are stopped: the first non-zero exit status of the two, or 0.
+# this script both are stopped: the first non-zero exit status of the two, or 0 (a signal
+# also ends `wait -n` with 128+n, and one of the two may be gone by the count below).
 ended_code=0
 wait -n "$service_pid" "$gateway_pid" || ended_code=$?
 running=0
@@ -96,5 +98,5 @@ for pid in "$service_pid" "$gateway_pid"; do
   wait "$pid" 2>/dev/null || code=$?
   [ "$status" = "0" ] && status="$code"
 done
-if [ "$running" = "1" ]; then status="$ended_code"; fi
+if [ "$signalled" = "0" ] && [ "$running" = "1" ]; then status="$ended_code"; fi
 exit "$status"
