@@ -1,13 +1,15 @@
 """Merging jobs into one execution and splitting the outputs back: pure functions.
 
-Runs in the instance's worker thread, so concatenation and slicing never block the loop.
+Runs in the instance's thread, so concatenation and slicing never block the loop; for an
+instance in a worker process of its own, on the loop (``batch_steps``): the execution
+itself is then the worker's, and the loop only merges, sends and splits.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import TypeGuard, cast
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
@@ -17,7 +19,17 @@ from ..statistics import BatchTimings
 from .base import Array, Job
 from .responses import CollectingSender
 
-__all__ = ["execute_batch", "merge_inputs", "split_outputs", "takes_requests", "union_outputs"]
+__all__ = [
+    "Execution",
+    "Steps",
+    "batch_steps",
+    "drive",
+    "execute_batch",
+    "merge_inputs",
+    "split_outputs",
+    "takes_requests",
+    "union_outputs",
+]
 
 
 def union_outputs(jobs: Sequence[Job]) -> list[str]:
@@ -61,6 +73,25 @@ def takes_requests(instance: ModelInstance | RequestInstance) -> TypeGuard[Reque
     return known
 
 
+#: One tensor execution a batch asks for: the merged inputs and the outputs wanted.
+Execution = tuple[dict[str, Array], list[str]]
+#: A batch's work as steps: it yields the execution it needs, is sent its results (or
+#: thrown the instance's error) and returns its outcome. The same steps run to the end
+#: in an instance's thread (``drive``) or, for an instance in a worker process, on the
+#: loop while the worker executes (``InstancePool``): no thread and no GIL hand-off.
+Steps = Generator[Execution, dict[str, Array], Any]
+
+
+def drive(instance: ModelInstance | RequestInstance, steps: Steps) -> Any:
+    """Run ``steps`` to its end in this thread, executing on ``instance``."""
+    try:
+        execution = next(steps)
+        while True:
+            execution = steps.send(cast(ModelInstance, instance).execute(*execution))
+    except StopIteration as end:
+        return end.value
+
+
 def execute_batch(
     instance: ModelInstance | RequestInstance,
     jobs: Sequence[Job],
@@ -71,12 +102,24 @@ def execute_batch(
     Decoupled jobs (with a ``sink``) get an empty dict here: their responses travel
     through the sink as the model sends them.
     """
+    return cast(
+        tuple[list[JobOutputs], BatchTimings], drive(instance, batch_steps(instance, jobs, clock))
+    )
+
+
+def batch_steps(
+    instance: ModelInstance | RequestInstance,
+    jobs: Sequence[Job],
+    clock: Callable[[], int] = time.monotonic_ns,
+) -> Generator[Execution, dict[str, Array], tuple[list[JobOutputs], BatchTimings]]:
+    """``execute_batch`` as steps (see ``Steps``): a request backend's whole run happens
+    before the first step, so it has none."""
     if takes_requests(instance):
         return _execute_requests(instance, jobs, clock)
     start = clock()
     inputs = merge_inputs(jobs)
     input_end = clock()
-    results = cast(ModelInstance, instance).execute(inputs, union_outputs(jobs))
+    results = yield inputs, union_outputs(jobs)
     infer_end = clock()
     per_job: list[JobOutputs] = list(split_outputs(jobs, results))
     return per_job, BatchTimings(start, input_end, infer_end, clock())

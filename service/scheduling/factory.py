@@ -36,7 +36,10 @@ def create_scheduler(
         # Triton batches nothing when max_batch_size is 0, but priorities and queue
         # policies still apply: its dynamic batcher runs with batches of one.
         prepare_dynamic_batching(config)
-        if drains(config, bool(ragged_inputs(config, pool)), hold_count(DELAY_ENV)):
+        # The draining threads are what a remote pool does without: its batches start
+        # on the loop (InstancePool).
+        plain = drains(config, bool(ragged_inputs(config, pool)), hold_count(DELAY_ENV))
+        if plain and not pool.remote:
             return DrainBatchScheduler(config, pool, stats)
         return DynamicBatchScheduler(config, pool, stats)
     return DefaultScheduler(pool, stats)

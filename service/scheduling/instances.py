@@ -7,6 +7,13 @@ A thread takes work from a queue and hands each result back through the loop's
 and give it one batch (``launch``); the default scheduler lets the instances' threads
 share one queue instead (``share_inbox``, ``submit``), so whichever instance frees first
 takes the next request, with no step on the loop in between.
+
+Instances that execute in worker processes of their own (``Remote``: each sends a batch
+and calls back when its worker answers) take a batcher's batches from the loop instead:
+work given to ``dispatch`` as steps (``batch.Steps``, ``steps=True``) merges, sends and
+splits on the loop, with no thread, GIL hand-off or mailbox between the loop and the
+worker (decision 030). Their threads still run the rest: the default scheduler's shared
+queue, a sequence batch, and a batch whose worker must first be started again.
 """
 
 from __future__ import annotations
@@ -16,15 +23,15 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from queue import SimpleQueue
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ..backends.base import ModelInstance, RequestInstance
+from ..backends.base import Array, ModelInstance, RequestInstance
 from ..statistics import BatchTimings
 from .base import Job
-from .batch import JobOutputs, execute_batch
+from .batch import Execution, JobOutputs, Steps, drive, execute_batch
 from .handoff import Mailbox, mailbox_for
 
-__all__ = ["SKIP", "Deliver", "InstancePool", "InstanceWorker"]
+__all__ = ["SKIP", "Deliver", "InstancePool", "InstanceWorker", "Remote"]
 
 T = TypeVar("T")
 Instance = ModelInstance | RequestInstance
@@ -33,6 +40,18 @@ Deliver = Callable[[Any, BaseException | None], None]
 _Work = tuple[Callable[[Instance], Any], Deliver, Any]
 #: What a work item returns when it found nothing to do: nothing is delivered.
 SKIP = object()
+Answer = Callable[[dict[str, Array] | None, BaseException | None], None]
+
+
+@runtime_checkable
+class Remote(Protocol):
+    """An instance whose executions run in a worker process, started from the loop."""
+
+    def begin(self, execution: Execution, answer: Answer) -> bool:
+        """Send ``execution`` to the worker; ``answer(results, error)`` runs on the loop
+        when it answers. False when the worker is not there to take it (it ended, or a
+        restart is due): then the batch goes to the instance's thread, which starts a
+        new worker."""
 
 
 def _name_os_thread(name: str) -> None:
@@ -109,6 +128,10 @@ class InstancePool:
         self._shared: SimpleQueue[_Work | None] | None = None
         self._started = False
         self._mailbox: Mailbox | None = None
+        #: Every instance executes in a worker process: dispatched steps run on the loop.
+        self.remote = bool(self.workers) and all(
+            isinstance(w.instance, Remote) for w in self.workers
+        )
 
     def on_release(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -137,16 +160,53 @@ class InstancePool:
             listener()
 
     def dispatch(
-        self, worker: InstanceWorker, work: Callable[[Instance], T], deliver: Deliver
+        self,
+        worker: InstanceWorker,
+        work: Callable[[Instance], Any],
+        deliver: Deliver,
+        steps: bool = False,
     ) -> None:
         """Run ``work`` on an acquired worker; the worker returns to the pool when its
-        thread is done (before ``deliver`` runs), even if every caller has gone away."""
+        thread is done (before ``deliver`` runs), even if every caller has gone away.
+        ``steps``: ``work`` returns ``batch.Steps``, run on the loop for a remote pool."""
 
         def done(result: Any, error: BaseException | None) -> None:
             self.release(worker)
             deliver(result, error)
 
-        worker.put(work, done)
+        if not steps:
+            worker.put(work, done)
+        elif self.remote:
+            self._advance(worker, work(worker.instance), done, None, None)
+        else:
+            worker.put(lambda instance: drive(instance, work(instance)), done)
+
+    def _advance(
+        self,
+        worker: InstanceWorker,
+        steps: Steps,
+        done: Deliver,
+        results: dict[str, Array] | None,
+        error: BaseException | None,
+    ) -> None:
+        """Take ``steps`` on from the last answer to its next execution, or to its end."""
+        try:
+            # At the start ``results`` is None, as a generator's first send must be.
+            execution = steps.throw(error) if error is not None else steps.send(results)  # type: ignore[arg-type]
+        except StopIteration as end:
+            done(end.value, None)
+            return
+        except BaseException as exc:  # delivered to the caller, as in a thread
+            done(None, exc)
+            return
+
+        def answer(results: dict[str, Array] | None, error: BaseException | None) -> None:
+            self._advance(worker, steps, done, results, error)
+
+        remote: Remote = worker.instance  # type: ignore[assignment]
+        if not remote.begin(execution, answer):  # its worker must start again: a thread
+            executing = worker.instance.execute  # type: ignore[union-attr]
+            worker.put(lambda _: executing(*execution), answer)
 
     def launch(self, worker: InstanceWorker, work: Callable[[Instance], T]) -> asyncio.Future[T]:
         """``dispatch`` with a future for the outcome."""
@@ -178,7 +238,10 @@ class InstancePool:
             self._free.clear()
 
     def submit(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:
-        """Queue ``work`` for whichever instance is free first (after ``share_inbox``)."""
+        """Queue ``work`` for whichever instance is free first (after ``share_inbox``).
+        A remote pool's too, in the threads: one request per execution pays the
+        worker's round trip in full, and its system calls cost the loop more than the
+        thread, which makes them without the GIL (decision 030)."""
         shared = self._shared
         assert shared is not None, "submit needs share_inbox()"
         if not self._started:  # the threads start with the first request, all at once

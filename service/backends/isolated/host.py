@@ -1,8 +1,9 @@
 """The worker of one isolated model instance: ``python -m service.backends.isolated.host FD ...``.
 
 It opens the instance with the real backend (``open``), runs each batch the engine sends
-(``execute``) and closes it (``close``), one message at a time: the engine's instance
-thread sends a batch and waits for its answer, so there is never more than one. Inputs
+(``execute``) and closes it (``close``), one message at a time: the engine (its loop, or
+the instance's thread) sends a batch and waits for its answer, so there is never more
+than one. Inputs
 arrive as views of the engine's shared region and outputs leave through this worker's
 own (``protocol.Channel``). Log records made here (ONNX Runtime's provider line, say)
 ride back with each answer and are emitted by the engine, under its log settings and

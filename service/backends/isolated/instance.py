@@ -6,6 +6,10 @@ message and blocks (without the GIL) until the worker answers with its outputs' 
 So the engine's interpreter never runs the model, and ONNX Runtime's threads never
 contend for the engine's GIL.
 
+The engine's loop can also start a batch itself (``begin``, for ``InstancePool``'s remote
+pools): it sends the batch and reads the answer when the worker's socket becomes
+readable, so no thread stands between the loop and the worker (decision 030).
+
 A worker that dies fails the batch it was running, with an error naming the model, the
 instance and how the worker ended; the next batch starts a new worker (re-opening the
 model) and runs there. A batch that finds the worker already gone (between batches) is
@@ -15,13 +19,14 @@ fail fast for ``RESTART_BACKOFF`` seconds, then it is tried again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +119,13 @@ class _NotTaken(Exception):
     """The worker was gone before a batch reached it."""
 
 
-def _raise(reply: tuple[Any, ...]) -> None:
-    """Raise the error the worker reported, as the class it had (Internal otherwise)."""
+def _error_of(reply: tuple[Any, ...]) -> errors.ServerError:
+    """The error the worker reported, as the class it had (Internal otherwise)."""
     _, _, name, message, failure = reply
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, errors.ServerError):
-        raise cls(message, failure=failure)
-    raise errors.Internal(message)
+        return cls(message, failure=failure)
+    return errors.Internal(message)
 
 
 class IsolatedInstance:
@@ -136,6 +141,7 @@ class IsolatedInstance:
         self._retry_at = 0.0
         self._unavailable = ""
         self._worker: _Worker | None = None
+        self._broken = False  # its channel closed under a batch begun on the loop
         self._signature = self._start()
 
     @property
@@ -165,6 +171,7 @@ class IsolatedInstance:
             worker.close(CLOSE_TIMEOUT)
             raise ValueError(reply[3])
         self._worker = worker
+        self._broken = False
         signature: ModelSignature = reply[2]
         return signature
 
@@ -175,7 +182,7 @@ class IsolatedInstance:
         """The current worker, or a new one when it has ended (or fail fast while a
         failed restart's back-off lasts)."""
         worker = self._worker
-        if worker is not None and not worker.ended:
+        if worker is not None and not worker.ended and not self._broken:
             return worker
         if time.monotonic() < self._retry_at:
             raise errors.Unavailable(f"{self._label} is unavailable: {self._unavailable}")
@@ -205,9 +212,77 @@ class IsolatedInstance:
             worker = self._live_worker()
             reply, fd = self._run(worker, named, wanted)
         if reply[0] != "done":
-            _raise(reply)
+            raise _error_of(reply)
         (results,) = worker.channel.unpack([reply[2]], reply[3], fd)
         return dict(results)
+
+    def begin(
+        self,
+        execution: tuple[Mapping[str, Array], Sequence[str]],
+        answer: Callable[[dict[str, Array] | None, BaseException | None], None],
+    ) -> bool:
+        """On the loop: send one batch; ``answer`` gets its outputs (or error) on the
+        loop when the worker's answer arrives. False, with nothing sent, when the worker
+        is gone: ``execute`` in the instance's thread then starts a new one."""
+        worker = self._worker
+        if worker is None or worker.ended or self._broken:
+            return False
+        inputs, outputs = execution
+        packed = worker.channel.pack([list(inputs.items())])
+        try:
+            worker.channel.send(
+                ("execute", packed.refs[0], packed.region, list(outputs)), packed.fd
+            )
+        except OSError:
+            return False
+        finally:
+            if packed.fd is not None:
+                os.close(packed.fd)
+        loop = asyncio.get_running_loop()
+        fd = worker.channel.sock.fileno()
+        loop.add_reader(fd, self._answered, loop, worker, answer)
+        # uvloop (libuv's uv_poll_init) makes a polled descriptor non-blocking; the
+        # channel reads a message whole once it starts, and the instance's thread reads
+        # it too, both blocking.
+        os.set_blocking(fd, True)
+        return True
+
+    def _answered(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: _Worker,
+        answer: Callable[[dict[str, Array] | None, BaseException | None], None],
+    ) -> None:
+        """The worker's socket is readable: its answer (whole: it sends each at once),
+        or its end."""
+        loop.remove_reader(worker.channel.sock.fileno())
+        try:
+            reply, fd = worker.receive()
+            if reply[0] != "done":
+                answer(None, _error_of(reply))
+                return
+            (results,) = worker.channel.unpack([reply[2]], reply[3], fd)
+        except (ChannelClosed, OSError):
+            self._broken = True  # the next batch restarts it, in the instance's thread
+
+            def failed(ended: asyncio.Future[str]) -> None:
+                answer(None, self._died(ended.result()))
+
+            # how_it_ended waits for the exit (briefly): not on the loop.
+            loop.run_in_executor(None, worker.how_it_ended).add_done_callback(failed)
+            return
+        except Exception as exc:  # an answer that cannot be read: this worker is done
+            self._broken = True
+            worker.kill()
+            answer(None, errors.Internal(f"{self._label}: unreadable answer: {exc}"))
+            return
+        answer(dict(results), None)
+
+    def _died(self, how: str) -> errors.Internal:
+        return errors.Internal(
+            f"{self._label}: the worker process {how} during the execution; a new one "
+            "starts with the next batch"
+        )
 
     def _run(
         self, worker: _Worker, named: list[tuple[str, Array]], outputs: list[str]
@@ -225,10 +300,7 @@ class IsolatedInstance:
         try:
             return worker.receive()
         except (ChannelClosed, OSError) as exc:
-            raise errors.Internal(
-                f"{self._label}: the worker process {worker.how_it_ended()} during the "
-                "execution; a new one starts with the next batch"
-            ) from exc
+            raise self._died(worker.how_it_ended()) from exc
 
     def close(self) -> None:
         worker, self._worker = self._worker, None

@@ -21,7 +21,7 @@ from ...errors import Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import count_if_delivered_too_late
 from ..base import Enqueuing, ExecutionResult, Job
-from ..batch import JobOutputs, execute_batch
+from ..batch import JobOutputs, batch_steps
 from ..delivery import batch_failure, outcome_of, settle
 from ..hooks import DELAY_ENV, Driver, hold_count
 from ..instances import InstancePool, InstanceWorker
@@ -136,8 +136,9 @@ class DynamicBatchScheduler(Enqueuing):
         self._executing += 1
         self._pool.dispatch(
             worker,
-            lambda instance: execute_batch(instance, jobs),
+            lambda instance: batch_steps(instance, jobs),
             lambda outcome, error: self._finished(jobs, outcome, error),
+            steps=True,
         )
 
     def _finished(
