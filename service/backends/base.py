@@ -33,6 +33,7 @@ __all__ = [
     "ModelInstance",
     "RequestInstance",
     "ResponseSender",
+    "TimedOutputs",
 ]
 
 
@@ -44,6 +45,19 @@ class InstanceSpec:
     kind: str  # ModelInstanceGroup.Kind name: KIND_CPU, KIND_GPU, ...
     device_id: int
     threads: int  # intra-op thread budget so that instances do not oversubscribe the cores
+
+
+class TimedOutputs(dict[str, Array]):
+    """Outputs that carry their execution's own start and end (``time.monotonic_ns``),
+    from an instance whose run happens in another process: ModelStatistics' compute_infer
+    is then that run, as with an instance in a thread, and the round trip to the worker
+    counts as compute_input and compute_output. CLOCK_MONOTONIC is one clock for every
+    process of the machine."""
+
+    def __init__(self, outputs: Mapping[str, Array], run_start_ns: int, run_end_ns: int) -> None:
+        super().__init__(outputs)
+        self.run_start_ns = run_start_ns
+        self.run_end_ns = run_end_ns
 
 
 class ModelInstance(Protocol):

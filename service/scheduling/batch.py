@@ -13,7 +13,13 @@ from typing import Any, TypeGuard, cast
 
 import numpy as np
 
-from ..backends.base import BackendRequest, ModelInstance, RequestInstance, ResponseSender
+from ..backends.base import (
+    BackendRequest,
+    ModelInstance,
+    RequestInstance,
+    ResponseSender,
+    TimedOutputs,
+)
 from ..errors import ServerError
 from ..statistics import BatchTimings
 from .base import Array, Job
@@ -121,6 +127,8 @@ def batch_steps(
     input_end = clock()
     results = yield inputs, union_outputs(jobs)
     infer_end = clock()
+    if isinstance(results, TimedOutputs):  # run in a worker: its own run is the infer
+        input_end, infer_end = results.run_start_ns, results.run_end_ns
     per_job: list[JobOutputs] = list(split_outputs(jobs, results))
     return per_job, BatchTimings(start, input_end, infer_end, clock())
 

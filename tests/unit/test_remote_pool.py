@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import uvloop
 from test_isolated_instance import _open
 from test_onnxruntime_backend import SPEC, make_config
 
+from service.backends.base import TimedOutputs
+from service.backends.isolated import IsolatedInstance
 from service.backends.onnxruntime import OnnxRuntimeBackend
 from service.errors import Internal
 from service.scheduling.base import Job
@@ -139,3 +142,38 @@ def test_a_pool_with_an_instance_in_this_process_is_not_remote(tmp_path: Path) -
     pool = InstancePool([InstanceWorker(local)])
     assert not pool.remote
     pool.close()
+
+
+def test_the_workers_run_times_are_the_batchs_compute(
+    pool: InstancePool, run: Callable[[Any], Any]
+) -> None:
+    """ModelStatistics' compute_infer is the worker's own run (the issue: "the worker
+    answers with the batch's timings"); the round trip is compute_input and _output."""
+    ones = np.ones((1, 4), np.float32)
+    before = time.monotonic_ns()
+    _, timings = run(_dispatch(pool, [_job(INPUT0=ones, INPUT1=ones)]))
+    after = time.monotonic_ns()
+    assert before <= timings.start < timings.input_end < timings.infer_end < timings.end <= after
+    instance = pool.workers[0].instance
+    assert isinstance(instance, IsolatedInstance)
+    outputs = instance.execute({"INPUT0": ones, "INPUT1": ones}, ["OUTPUT0"])
+    assert isinstance(outputs, TimedOutputs) and list(outputs) == ["OUTPUT0"]
+    assert after < outputs.run_start_ns < outputs.run_end_ns < time.monotonic_ns()
+
+
+def test_steps_take_the_run_times_that_outputs_carry() -> None:
+    ticks = iter([100, 110, 190, 200])  # start, merged, answered, split
+    steps = batch_steps(_LocalStub(), [Job({"X": np.ones((1, 1))}, ["Y"], 1)], lambda: next(ticks))
+    assert next(steps)[1] == ["Y"]
+    with pytest.raises(StopIteration) as end:
+        steps.send(TimedOutputs({"Y": np.ones((1, 1))}, 120, 180))
+    assert end.value.value[1] == BatchTimings(100, 120, 180, 200)
+
+
+class _LocalStub:
+    """A tensor instance as far as ``batch_steps`` looks (not a request backend)."""
+
+    spec = SPEC
+
+    def execute(self, inputs: Any, outputs: Any) -> dict[str, Any]:
+        raise AssertionError("the steps do not execute")

@@ -1,14 +1,14 @@
 """The worker of one isolated model instance: ``python -m service.backends.isolated.host FD ...``.
 
 It opens the instance with the real backend (``open``), runs each batch the engine sends
-(``execute``) and closes it (``close``), one message at a time: the engine (its loop, or
-the instance's thread) sends a batch and waits for its answer, so there is never more
-than one. Inputs
-arrive as views of the engine's shared region and outputs leave through this worker's
-own (``protocol.Channel``). Log records made here (ONNX Runtime's provider line, say)
-ride back with each answer and are emitted by the engine, under its log settings and
-format. The worker exits when the engine's end of the socket closes or its parent
-changes, so it never outlives the server.
+(``execute``: answered with the outputs and the run's start and end, which the engine's
+statistics take as the model's compute) and closes it (``close``), one message at a
+time: the engine (its loop, or the instance's thread) sends a batch and waits for its
+answer, so there is never more than one. Inputs arrive as views of the engine's shared
+region and outputs leave through this worker's own (``protocol.Channel``). Log records
+made here (ONNX Runtime's provider line, say) ride back with each answer and are emitted
+by the engine, under its log settings and format. The worker exits when the engine's
+end of the socket closes or its parent changes, so it never outlives the server.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,14 @@ class Host:
         try:
             (named,) = self.channel.unpack([refs], region, fd)
             assert self.instance is not None, "execute before open"
+            start = time.monotonic_ns()
             results = self.instance.execute(dict(named), outputs)
+            end = time.monotonic_ns()
             del named  # the engine's region is free for reuse once no view is left
             packed = self.channel.pack([list(results.items())])
             del results
-            reply: tuple[Any, ...] = ("done", self.records.take(), packed.refs[0], packed.region)
+            refs, region = packed.refs[0], packed.region
+            reply: tuple[Any, ...] = ("done", self.records.take(), refs, region, start, end)
         except Exception as exc:
             reply = ("error", self.records.take(), *_error(exc))
             packed = None

@@ -34,7 +34,7 @@ from inference import model_config_pb2 as mc
 
 from ... import errors
 from ...repository.completion import ModelSignature
-from ..base import Array, InstanceSpec
+from ..base import Array, InstanceSpec, TimedOutputs
 from ..python.protocol import DEFAULT_INLINE_LIMIT, Channel, ChannelClosed
 from ..python.shm import DEFAULT_POOL_BYTES
 from ..spawn import describe_exit, spawn_worker
@@ -128,6 +128,13 @@ def _error_of(reply: tuple[Any, ...]) -> errors.ServerError:
     return errors.Internal(message)
 
 
+def _outputs(worker: _Worker, reply: tuple[Any, ...], fd: int | None) -> TimedOutputs:
+    """A ``done`` answer's outputs (views of the worker's region) and run times."""
+    _, _, refs, region, start, end = reply
+    (results,) = worker.channel.unpack([refs], region, fd)
+    return TimedOutputs(dict(results), start, end)
+
+
 class IsolatedInstance:
     """A ``ModelInstance`` whose model runs in a worker process (see the module doc)."""
 
@@ -213,8 +220,7 @@ class IsolatedInstance:
             reply, fd = self._run(worker, named, wanted)
         if reply[0] != "done":
             raise _error_of(reply)
-        (results,) = worker.channel.unpack([reply[2]], reply[3], fd)
-        return dict(results)
+        return _outputs(worker, reply, fd)
 
     def begin(
         self,
@@ -261,7 +267,7 @@ class IsolatedInstance:
             if reply[0] != "done":
                 answer(None, _error_of(reply))
                 return
-            (results,) = worker.channel.unpack([reply[2]], reply[3], fd)
+            results = _outputs(worker, reply, fd)
         except (ChannelClosed, OSError):
             self._broken = True  # the next batch restarts it, in the instance's thread
 
@@ -276,7 +282,7 @@ class IsolatedInstance:
             worker.kill()
             answer(None, errors.Internal(f"{self._label}: unreadable answer: {exc}"))
             return
-        answer(dict(results), None)
+        answer(results, None)
 
     def _died(self, how: str) -> errors.Internal:
         return errors.Internal(
