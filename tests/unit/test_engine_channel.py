@@ -357,3 +357,25 @@ def test_frontends_flag(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--model-repository", str(tmp_path), "--frontends", "-1"])
     assert 1 <= default_frontends() <= (os.cpu_count() or 1)
+
+
+def test_the_engines_switch_interval_comes_from_its_variable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SERVICE_ENGINE_SWITCH_INTERVAL_US (issue 25's many-core trial): µs, a positive
+    whole number; anything else is said in the log and leaves the interval alone."""
+    import sys
+
+    from service.engine.main import set_switch_interval
+
+    before = sys.getswitchinterval()
+    try:
+        assert set_switch_interval("") is None
+        for bad in ("0", "0.2", "-5", "fast"):
+            assert set_switch_interval(bad) is None
+            assert f"SERVICE_ENGINE_SWITCH_INTERVAL_US={bad!r} ignored" in caplog.text
+        assert sys.getswitchinterval() == before
+        assert set_switch_interval("200") == pytest.approx(0.0002)
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+    finally:
+        sys.setswitchinterval(before)
