@@ -29,6 +29,7 @@ __all__ = [
     "Execution",
     "Steps",
     "batch_steps",
+    "compute_bounds",
     "drive",
     "execute_batch",
     "merge_inputs",
@@ -88,6 +89,14 @@ Execution = tuple[dict[str, Array], list[str]]
 Steps = Generator[Execution, dict[str, Array], Any]
 
 
+def compute_bounds(results: dict[str, Array], input_end: int, infer_end: int) -> tuple[int, int]:
+    """Where the model's compute began and ended: the worker's own run when the outputs
+    carry it (``TimedOutputs``), else the stamps taken around ``execute``."""
+    if isinstance(results, TimedOutputs):
+        return results.run_start_ns, results.run_end_ns
+    return input_end, infer_end
+
+
 def drive(instance: ModelInstance | RequestInstance, steps: Steps) -> Any:
     """Run ``steps`` to its end in this thread, executing on ``instance``."""
     try:
@@ -126,9 +135,7 @@ def batch_steps(
     inputs = merge_inputs(jobs)
     input_end = clock()
     results = yield inputs, union_outputs(jobs)
-    infer_end = clock()
-    if isinstance(results, TimedOutputs):  # run in a worker: its own run is the infer
-        input_end, infer_end = results.run_start_ns, results.run_end_ns
+    input_end, infer_end = compute_bounds(results, input_end, clock())
     per_job: list[JobOutputs] = list(split_outputs(jobs, results))
     return per_job, BatchTimings(start, input_end, infer_end, clock())
 

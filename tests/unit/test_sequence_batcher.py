@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
-from service.backends.base import InstanceSpec
+from service.backends.base import InstanceSpec, TimedOutputs
 from service.errors import InvalidArgument, Unavailable
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
@@ -510,7 +511,11 @@ class Accumulator:
 
 
 def make_scheduler(
-    extra: str = "", max_batch_size: int = 2, instances: int = 1, corrid: str = "TYPE_UINT64"
+    extra: str = "",
+    max_batch_size: int = 2,
+    instances: int = 1,
+    corrid: str = "TYPE_UINT64",
+    kind: type[Accumulator] = Accumulator,
 ) -> tuple[SequenceBatchScheduler, list[dict[str, Any]], ModelStats]:
     config = text_format.Parse(
         f'name: "acc" max_batch_size: {max_batch_size} sequence_batching {{ {extra} '
@@ -524,7 +529,7 @@ def make_scheduler(
         mc.ModelConfig(),
     )
     log: list[dict[str, Any]] = []
-    pool = InstancePool([InstanceWorker(Accumulator(f"acc_{i}", log)) for i in range(instances)])
+    pool = InstancePool([InstanceWorker(kind(f"acc_{i}", log)) for i in range(instances)])
     stats = ModelStats()
     declared = {"START": [-1, 1], "READY": [-1, 1], "CORRID": [-1, 1], "INPUT_STATE": [-1, 1]}
     return SequenceBatchScheduler(config, pool, stats, declared, Path(".")), log, stats
@@ -730,3 +735,29 @@ async def test_driver_counts_a_request_whose_caller_left_during_execution() -> N
         await scheduler.stop()
     assert (stats.success.count, stats.fail.count, stats.cancelled) == (1, 0, 1)
     assert stats.execution_count == 1
+
+
+class _RemoteAccumulator(Accumulator):
+    """As an instance in a worker process answers: its outputs carry the run's own start
+    and end, here 1 ms and 3 ms after the call began."""
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        called = time.monotonic_ns()
+        time.sleep(0.005)
+        return TimedOutputs(
+            super().execute(inputs, outputs), called + 1_000_000, called + 3_000_000
+        )
+
+
+async def test_an_instance_in_a_worker_times_the_compute_with_its_run() -> None:
+    """compute_infer is the worker's run (2 ms each here), not the round trip (≥ 5 ms);
+    the rest of the round trip counts as compute_input and compute_output."""
+    scheduler, _, stats = make_scheduler(kind=_RemoteAccumulator)
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4
+        assert await _value(scheduler, job(1, end=True, value=5)) == 9
+    finally:
+        await scheduler.stop()
+    (batch,) = stats.batches.values()
+    assert batch.compute_infer.count == 2 and batch.compute_infer.ns == 4_000_000
+    assert batch.compute_input.ns + batch.compute_output.ns >= 2 * 3_000_000

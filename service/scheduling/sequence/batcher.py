@@ -28,7 +28,7 @@ from ...errors import InvalidArgument, Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import count_if_delivered_too_late
 from ..base import Array, ExecutionResult, Job
-from ..batch import takes_requests, union_outputs
+from ..batch import compute_bounds, takes_requests, union_outputs
 from ..delivery import batch_failure, outcome_of, settle
 from ..dynamic.policy import BatchPolicy
 from ..hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
@@ -310,7 +310,7 @@ class SequenceBatchScheduler:
             return per_request, [None] * len(rows), timings
         input_end = self._clock()
         results = cast(ModelInstance, instance).execute(inputs, outputs)
-        infer_end = self._clock()
+        input_end, infer_end = compute_bounds(results, input_end, self._clock())
         per_row: list[RowOutputs] = []
         new_states: list[list[Array] | None] = []
         for index, job in enumerate(rows):
