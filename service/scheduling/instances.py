@@ -204,7 +204,12 @@ class InstancePool:
             self._advance(worker, steps, done, results, error)
 
         remote: Remote = worker.instance  # type: ignore[assignment]
-        if not remote.begin(execution, answer):  # its worker must start again: a thread
+        try:
+            taken = remote.begin(execution, answer)
+        except Exception as exc:  # writing the inputs failed: the batch gets it
+            answer(None, exc)
+            return
+        if not taken:  # its worker must start again: in the instance's thread
             executing = worker.instance.execute  # type: ignore[union-attr]
             worker.put(lambda _: executing(*execution), answer)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,3 +178,44 @@ class _LocalStub:
 
     def execute(self, inputs: Any, outputs: Any) -> dict[str, Any]:
         raise AssertionError("the steps do not execute")
+
+
+class _Stub:
+    """A remote instance as the pool sees it: ``begin`` refuses (its worker is gone) or
+    fails (writing the inputs); ``execute`` runs in the instance's thread."""
+
+    spec = SPEC
+
+    def __init__(self, begin: str) -> None:
+        self.how = begin
+        self.threads: list[str] = []
+
+    def begin(self, execution: Any, answer: Any) -> bool:
+        if self.how == "fails":
+            raise MemoryError("no room for the inputs")
+        return False
+
+    def execute(self, inputs: Any, outputs: Any) -> dict[str, np.ndarray]:
+        self.threads.append(threading.current_thread().name)
+        return {name: inputs["INPUT0"] + 1 for name in outputs}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_batch_the_worker_cannot_take_runs_in_the_thread_or_fails_alone(
+    run: Callable[[Any], Any],
+) -> None:
+    ones = np.ones((1, 4), np.float32)
+    refusing = _Stub("refuses")
+    pool = InstancePool([InstanceWorker(refusing)])  # type: ignore[arg-type]
+    assert pool.remote
+    (out,), _ = run(_dispatch(pool, [_job(INPUT0=ones)]))
+    np.testing.assert_array_equal(out["OUTPUT0"], ones + 1)
+    assert refusing.threads == [SPEC.name]  # run by the instance's thread, not the loop
+    pool.close()
+    pool = InstancePool([InstanceWorker(_Stub("fails"))])  # type: ignore[arg-type]
+    with pytest.raises(MemoryError, match="no room for the inputs"):
+        run(_dispatch(pool, [_job(INPUT0=ones)]))
+    assert pool.has_free  # the instance is free for the next batch
+    pool.close()

@@ -272,7 +272,8 @@ class IsolatedInstance:
             self._broken = True  # the next batch restarts it, in the instance's thread
 
             def failed(ended: asyncio.Future[str]) -> None:
-                answer(None, self._died(ended.result()))
+                error = ended.exception()
+                answer(None, self._died(f"ended ({error})" if error else ended.result()))
 
             # how_it_ended waits for the exit (briefly): not on the loop.
             loop.run_in_executor(None, worker.how_it_ended).add_done_callback(failed)
