@@ -114,10 +114,12 @@ class ResponseSender(Protocol):
         outputs: Mapping[str, Array] | None = None,
         error: str | ServerError | None = None,
         final: bool = False,
+        parameters: Mapping[str, bool | int | float | str] | None = None,
     ) -> None:
         """Thread-safe. ``final`` marks the last response for this request; a response may
         be empty (no outputs) when it only carries the final flag. An ``error`` given as a
-        message reaches the client as INTERNAL; a ``ServerError`` keeps its code."""
+        message reaches the client as INTERNAL; a ``ServerError`` keeps its code.
+        ``parameters`` go to the client with the response (an ensemble's sequence)."""
         ...
 
     @property

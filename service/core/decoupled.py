@@ -96,7 +96,7 @@ async def stream_responses(
                     model_version=str(model.version),
                     id=request_id,
                     outputs=outputs,
-                    parameters={FINAL_FLAG: response.final},
+                    parameters={**(response.parameters or {}), FINAL_FLAG: response.final},
                 )
         if record is not None and not execution.done():
             # The final response may come before ``execute`` returns (sent from inside it);

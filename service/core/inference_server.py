@@ -524,4 +524,5 @@ def _response(
     outputs: list[OutputTensor],
     result: ExecutionResult | None,
 ) -> InferResponse:
-    return InferResponse(model.name, str(model.version), request_id, outputs, {}, result)
+    parameters = dict(result.parameters) if result is not None and result.parameters else {}
+    return InferResponse(model.name, str(model.version), request_id, outputs, parameters, result)

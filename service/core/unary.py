@@ -39,7 +39,8 @@ def answer(
     model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
     # The response keeps the scheduler's ExecutionResult, so a trace needs no hook into
     # the core.
-    return InferResponse(model.name, str(model.version), request.id, outputs, {}, result)
+    parameters = dict(result.parameters) if result.parameters else {}
+    return InferResponse(model.name, str(model.version), request.id, outputs, parameters, result)
 
 
 def count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from wire.datatypes import Array
 
 from ..statistics import BatchTimings
+from ..types import ParameterValue
 
 if TYPE_CHECKING:
     from .responses import StreamSender
@@ -64,6 +65,8 @@ class ExecutionResult:
     outputs: dict[str, Array]
     queue_ns: int
     timings: BatchTimings
+    #: The response's parameters, where the scheduler sets some (an ensemble's sequence).
+    parameters: dict[str, ParameterValue] | None = None
 
 
 class Scheduler(Protocol):

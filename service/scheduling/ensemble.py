@@ -154,11 +154,17 @@ class _Run:
             self.sent += 1
             self.done = final
             if self.job.sink is not None:
-                self.job.sink.send(outputs, final=final)
+                self.job.sink.send(outputs, final=final, parameters=self.sequence(outputs))
             else:
                 self.result = outputs
         elif final and not self.done:
             self._finish_without_response()
+
+    def sequence(self, outputs: Outputs) -> dict[str, ParameterValue] | None:
+        """The response's sequence parameters: only for outputs some step made."""
+        if any(name in self.s.producer for name in outputs):
+            return sequence_parameters(self.job)
+        return None
 
     def _finish_without_response(self) -> None:
         """No step left and no response now: a decoupled ensemble ends with a flags-only
@@ -249,6 +255,19 @@ class _Run:
         return outputs
 
 
+def sequence_parameters(job: Job) -> dict[str, ParameterValue]:
+    """Triton's ensemble response names the sequence of its outputs that steps made (each
+    step's, which is the request's; ensemble_scheduler.cc of r24.10): ``sequence_id`` (0
+    when the request has none, a string for a string id), ``sequence_start``,
+    ``sequence_end``. An output that is an ensemble input passed through adds none."""
+    sequence = job.correlation_id if job.correlation_id is not None else 0
+    return {
+        "sequence_id": sequence,
+        "sequence_start": job.sequence_start,
+        "sequence_end": job.sequence_end,
+    }
+
+
 def _matches(config_dims: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     """Triton's CompareDimsWithWildcard."""
     return len(config_dims) == len(dims) and all(
@@ -333,7 +352,8 @@ class EnsembleScheduler:
         start = self._clock()
         with self._inflight:
             try:
-                outputs = await _Run(self, job).execute()
+                run = _Run(self, job)
+                outputs = await run.execute()
             except ServerError as exc:
                 # Triton counts every failure of an ensemble request under OTHER, and
                 # twice: once as its error response goes out, once more as the request
@@ -348,7 +368,8 @@ class EnsembleScheduler:
         end = self._clock()
         timings = BatchTimings(start, start, end, end)
         self._stats.record_execution(job.size, timings)
-        return ExecutionResult(outputs or {}, 0, timings)
+        parameters = run.sequence(outputs) if outputs else None
+        return ExecutionResult(outputs or {}, 0, timings, parameters)
 
     def step_request(
         self,

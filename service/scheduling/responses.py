@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from wire.datatypes import Array
 
 from ..errors import Internal, ServerError
+from ..types import ParameterValue
 from .base import Job
 
 __all__ = ["CollectingSender", "Response", "StreamSender", "as_server_error"]
@@ -28,6 +29,7 @@ class Response:
     # Python model's ``TritonError(msg, code)``).
     error: str | ServerError | None = None
     final: bool = False
+    parameters: Mapping[str, ParameterValue] | None = None
 
 
 def as_server_error(error: str | ServerError) -> ServerError:
@@ -53,9 +55,10 @@ class CollectingSender:
         outputs: Mapping[str, Array] | None = None,
         error: str | ServerError | None = None,
         final: bool = False,
+        parameters: Mapping[str, ParameterValue] | None = None,
     ) -> None:
         with self._lock:
-            self.responses.append(Response(dict(outputs or {}), error, final))
+            self.responses.append(Response(dict(outputs or {}), error, final, parameters))
 
     def result(self) -> dict[str, Array] | ServerError:
         """The response of a non-decoupled request: the first one the model sent (or the
@@ -95,11 +98,12 @@ class StreamSender:
         outputs: Mapping[str, Array] | None = None,
         error: str | ServerError | None = None,
         final: bool = False,
+        parameters: Mapping[str, ParameterValue] | None = None,
     ) -> None:
         if self._closed or self._cancelled:
             return
         self._closed = final
-        item = Response(dict(outputs or {}), error, final)
+        item = Response(dict(outputs or {}), error, final, parameters)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
 
     def fail(self, error: ServerError) -> None:

@@ -410,6 +410,21 @@ def test_pipeline_sync_client_all_outputs(
     _check_pipeline(result, raw)
     for output in response.outputs:
         assert (output.datatype, list(output.shape)) == ("FP32", [batch, WIDTH])
+    # Triton 2.51's ensemble response names the sequence of the outputs its steps made,
+    # with none in the request too (ensemble_scheduler.cc, r24.10).
+    assert _sequence_of(response) == (0, False, False)
+
+
+def _sequence_of(response: Any) -> tuple[Any, bool, bool]:
+    """(sequence_id, sequence_start, sequence_end) of a gRPC response's parameters."""
+    params = response.parameters
+    sid = params["sequence_id"]
+    value = (
+        sid.string_param
+        if sid.WhichOneof("parameter_choice") == "string_param"
+        else sid.int64_param
+    )
+    return value, params["sequence_start"].bool_param, params["sequence_end"].bool_param
 
 
 def test_requested_output_subset(client: grpcclient.InferenceServerClient) -> None:
@@ -705,6 +720,7 @@ def test_sequence_through_the_ensemble_over_a_stream(
             result, error = results.get(timeout=TIMEOUT)  # one at a time: order is the plan's
             assert error is None, error
             assert result.get_response().id == f"{sid}-{value}"
+            assert _sequence_of(result.get_response()) == (sid, start, end)  # Triton's qa
             totals.append(int(result.as_numpy("TOTAL")[0, 0]))
     finally:
         client.stop_stream()

@@ -19,11 +19,10 @@ Triton's own qa runs them.
   1 and 2: per-version statistics, one requested output), a fresh server per test as
   test.sh. ``simple`` is Dockerfile.QA's docs/examples model in both versions: its ONNX
   release (v2.51's is TensorFlow), with qa's config on the ONNX platform.
-  test_ensemble_sequence_flags is left out: it passes on the reference but not here.
-  Triton's ensemble scheduler (r24.10) tags every step output with the step's sequence id
-  and flags (or those the model's response sets) and adds ``sequence_id``,
+  test_ensemble_sequence_flags: Triton's ensemble scheduler (r24.10) tags every step
+  output with the step's sequence id and flags and adds ``sequence_id``,
   ``sequence_start`` and ``sequence_end`` to the ensemble's response once per such
-  output (so HTTP JSON repeats the keys); the project's ensemble responses carry none.
+  output (HTTP JSON repeats the keys; ours names each once: a JSON reader keeps one).
 """
 
 import manifest
@@ -155,6 +154,7 @@ SUITES = [
         [
             "EnsembleTest::test_ensemble_add_sub",
             "EnsembleTest::test_ensemble_add_sub_one_output",
+            "EnsembleTest::test_ensemble_sequence_flags",
         ],
         repo_simple_ensemble,
         restart="test",

@@ -193,3 +193,27 @@ def test_a_step_may_not_join_two_decoupled_flows() -> None:
         "in ensemble e, step of model 'join' receives inputs originated from different "
         "decoupled models"
     )
+
+
+async def test_responses_name_the_sequence_of_the_outputs_steps_made() -> None:
+    """Triton 2.51's ensemble adds sequence_id (0 without one, a string for a string id),
+    sequence_start and sequence_end to every response whose outputs a step made
+    (ensemble_scheduler.cc, r24.10)."""
+    config = _config([_step("rep", "IN", "MID"), _step("inc", "MID", "OUT")], decoupled=True)
+    responses, _ = await _stream(config, [5])
+    assert responses[0].parameters == {
+        "sequence_id": 0,
+        "sequence_start": False,
+        "sequence_end": False,
+    }
+    plain = _config([_step("inc", "IN", "OUT")], decoupled=False)
+    scheduler = EnsembleScheduler(plain, Runner(), ModelStats(), {"IN": "INT32", "OUT": "INT32"})
+    for sequence, start, end in [(42, True, False), ("user-7", False, True)]:
+        job = Job({"IN": np.array([1], np.int32)}, ["OUT"], 0, "r", correlation_id=sequence)
+        job.sequence_start, job.sequence_end = start, end
+        result = await scheduler.submit(job)
+        assert result.parameters == {
+            "sequence_id": sequence,
+            "sequence_start": start,
+            "sequence_end": end,
+        }
