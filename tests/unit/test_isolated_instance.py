@@ -39,6 +39,13 @@ def add_sub(tmp_path: Path) -> Iterator[IsolatedInstance]:
     instance.close()
 
 
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU time of ``pid`` in clock ticks (/proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _kill_worker(instance: IsolatedInstance) -> int:
     """SIGKILL the worker and wait until the instance has seen it end."""
     pid = instance.worker_pid
@@ -144,9 +151,13 @@ def test_a_worker_killed_mid_batch_fails_that_batch_only(tmp_path: Path) -> None
         except BaseException as exc:
             errors.append(exc)
 
+    idle = _cpu_ticks(victim)
     thread = threading.Thread(target=run)
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30  # killed once seen running the batch (50 ms of CPU)
+    while _cpu_ticks(victim) < idle + 5 and thread.is_alive():
+        assert time.monotonic() < deadline, "the worker never ran the batch"
+        time.sleep(0.005)
     os.kill(victim, signal.SIGKILL)
     thread.join(60)
     assert len(errors) == 1 and isinstance(errors[0], Internal), errors

@@ -19,7 +19,7 @@ import models
 import numpy as np
 import pytest
 import uvloop
-from test_isolated_instance import _open
+from test_isolated_instance import _cpu_ticks, _open
 from test_onnxruntime_backend import SPEC, make_config
 
 from service.backends.base import TimedOutputs
@@ -114,8 +114,14 @@ def test_a_worker_killed_mid_batch_fails_it_and_the_next_starts_a_new_one(
     assert victim is not None
 
     async def killed_under_a_batch() -> Outcome:
+        """Killed once it is seen running the batch (its CPU time grows by 50 ms): a
+        fixed sleep raced the run on a fast moment."""
+        idle = _cpu_ticks(victim)
         batch = asyncio.ensure_future(_dispatch(pool, [Job({"INPUT0": x}, ["OUTPUT0"], 2048)]))
-        await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while _cpu_ticks(victim) < idle + 5 and not batch.done():
+            assert time.monotonic() < deadline, "the worker never ran the batch"
+            await asyncio.sleep(0.005)
         os.kill(victim, signal.SIGKILL)
         return await batch
 
