@@ -20,7 +20,11 @@ from wire import datatypes
 
 from .types import OutputTensor
 
-__all__ = ["ResponseCache", "cache_key"]
+__all__ = ["HASH_INLINE_BYTES", "ResponseCache", "cache_key", "small_key"]
+
+#: Inputs up to this many bytes in all are hashed where the request is (a frontend's or
+#: the engine's loop); larger ones are hashed by the engine in a thread (never block).
+HASH_INLINE_BYTES = 64 * 1024
 
 
 def _tensor_bytes(array: npt.NDArray[Any]) -> bytes | memoryview:
@@ -40,6 +44,15 @@ def cache_key(
         digest.update(_tensor_bytes(array))
     digest.update("\0".join(outputs).encode())
     return digest.digest()
+
+
+def small_key(
+    model: str, version: int, inputs: Mapping[str, npt.NDArray[Any]], outputs: Sequence[str]
+) -> bytes | None:
+    """``cache_key`` for inputs of at most ``HASH_INLINE_BYTES``; None for larger ones."""
+    if sum(a.nbytes for a in inputs.values()) > HASH_INLINE_BYTES:
+        return None
+    return cache_key(model, version, inputs, outputs)
 
 
 def _size(outputs: Iterable[OutputTensor]) -> int:

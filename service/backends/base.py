@@ -12,7 +12,7 @@ worker thread, so a backend never needs to know about the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..repository.completion import ModelSignature
 
 __all__ = [
+    "Answer",
     "Array",
     "Backend",
     "BackendRequest",
@@ -45,6 +46,10 @@ class InstanceSpec:
     kind: str  # ModelInstanceGroup.Kind name: KIND_CPU, KIND_GPU, ...
     device_id: int
     threads: int  # intra-op thread budget so that instances do not oversubscribe the cores
+
+
+#: How a worker's outputs (or its error) reach the loop that sent it a batch.
+Answer = Callable[[dict[str, Array] | None, BaseException | None], None]
 
 
 class TimedOutputs(dict[str, Array]):

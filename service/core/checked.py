@@ -28,10 +28,11 @@ import numpy as np
 from inference import model_config_pb2 as mc
 from wire import datatypes
 
-from ..cache import cache_key
+from ..cache import small_key
 from ..errors import ServerError
 from ..scheduling.base import Array, Job
-from ..types import InferRequest, InputTensor, RequestedOutput
+from ..shm.binding import uses_shared_memory
+from ..types import InferRequest
 from .model import ModelVersion, io_specs
 from .validation import job_of, prepare_job
 
@@ -43,10 +44,6 @@ Checked = tuple[int, int, list[str] | None, bytes | None]
 
 #: name -> (the version "" resolves to, {version: (generation, serialized config, cached)})
 Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes, bool]]]]
-
-#: Inputs up to this many bytes are hashed for the response cache on the frontend's loop;
-#: larger ones are left to the engine, which hashes them in a thread.
-HASH_INLINE_BYTES = 64 * 1024
 
 
 def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
@@ -106,28 +103,20 @@ class ModelSnapshot:
     def check(self, request: InferRequest) -> Checked | None:
         """Validate ``request`` here; None when the engine must (see the module's text)."""
         known = self._versions.get((request.model_name, request.model_version))
-        if known is None:
+        if known is None or uses_shared_memory(request):
             return None
         for tensor in request.inputs:
-            if tensor.raw is None or tensor.datatype == "BYTES" or _in_shared_memory(tensor):
-                return None
-        for output in request.outputs:
-            if _in_shared_memory(output):
+            if tensor.raw is None or tensor.datatype == "BYTES":
                 return None
         model = known.model
         try:
             job = prepare_job(model, request)
         except ServerError:
             return None  # the engine refuses it, in the words of the config it has loaded
-        key = None
-        if known.cached and sum(a.nbytes for a in job.inputs.values()) <= HASH_INLINE_BYTES:
-            key = cache_key(model.name, model.version, job.inputs, job.outputs)
+        key = (
+            small_key(model.name, model.version, job.inputs, job.outputs) if known.cached else None
+        )
         return (known.generation, job.batch_size, job.outputs if request.outputs else None, key)
-
-
-def _in_shared_memory(tensor: InputTensor | RequestedOutput) -> bool:
-    """A tensor bound to a shared-memory region: only the engine holds the regions."""
-    return bool(tensor.parameters) and any(k.startswith("shared_memory") for k in tensor.parameters)
 
 
 def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) -> Job:

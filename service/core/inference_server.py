@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from inference import model_config_pb2 as mc
 
 from .. import SERVER_ID, __version__
-from ..cache import ResponseCache, cache_key
+from ..cache import ResponseCache, cache_key, small_key
 from ..errors import (
     ServerError,
     Unavailable,
@@ -29,14 +29,21 @@ from ..shm import (
 )
 from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
-from ..types import ExecutionRecord, InferRequest, InferResponse, OutputTensor, TensorSpec
-from .checked import HASH_INLINE_BYTES, Checked, Snapshot, checked_job, snapshot
+from ..types import ExecutionRecord, InferRequest, InferResponse, TensorSpec
+from .checked import Checked, Snapshot, checked_job, snapshot
 from .classification import classify_outputs, requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
 from .model import ModelVersion
-from .unary import Answered, UnaryCall, answer, count_failure, count_unary_failure
+from .unary import (
+    Answered,
+    UnaryCall,
+    answer,
+    count_failure,
+    count_unary_failure,
+    response_of,
+)
 from .validation import build_outputs, prepare_job
 
 __all__ = [
@@ -455,7 +462,7 @@ class InferenceServer:
         looked_up = time.monotonic_ns()
         if cached is not None:
             model.stats.record_cache_hit(looked_up - start, looked_up - lookup)
-            return _response(model, request_id, cached, None)
+            return response_of(model, request_id, cached, None)
         result = await model.scheduler.submit(job)
         outputs = build_outputs(model, job, result.outputs)
         insert = time.monotonic_ns()
@@ -463,14 +470,14 @@ class InferenceServer:
         now = time.monotonic_ns()
         model.stats.record_cache_miss((looked_up - lookup) + (now - insert))
         model.stats.record_success(now - start, result.queue_ns, result.timings)
-        return _response(model, request_id, outputs, result)
+        return response_of(model, request_id, outputs, result)
 
     @staticmethod
     async def _key(model: ModelVersion, job: Job) -> bytes:
         """Hash on the loop for small inputs, in a thread for large ones (never block)."""
-        size = sum(a.nbytes for a in job.inputs.values())
-        if size <= HASH_INLINE_BYTES:
-            return cache_key(model.name, model.version, job.inputs, job.outputs)
+        key = small_key(model.name, model.version, job.inputs, job.outputs)
+        if key is not None:
+            return key
         return await asyncio.to_thread(
             cache_key, model.name, model.version, job.inputs, job.outputs
         )
@@ -516,13 +523,3 @@ class _Steps:
         self, request: InferRequest, record: ExecutionRecord | None = None
     ) -> AsyncIterator[InferResponse]:
         return self._core._responses(request, record)
-
-
-def _response(
-    model: ModelVersion,
-    request_id: str,
-    outputs: list[OutputTensor],
-    result: ExecutionResult | None,
-) -> InferResponse:
-    parameters = dict(result.parameters) if result is not None and result.parameters else {}
-    return InferResponse(model.name, str(model.version), request_id, outputs, parameters, result)

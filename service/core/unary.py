@@ -18,12 +18,19 @@ from collections.abc import Callable
 from ..errors import ServerError, failure_reason
 from ..scheduling.base import Enqueuing, ExecutionResult, Job
 from ..scheduling.inflight import InFlight
-from ..types import InferRequest, InferResponse
+from ..types import InferRequest, InferResponse, OutputTensor
 from .classification import classify_outputs, requested_classes
 from .model import ModelVersion
 from .validation import build_outputs
 
-__all__ = ["Answered", "UnaryCall", "answer", "count_failure", "count_unary_failure"]
+__all__ = [
+    "Answered",
+    "UnaryCall",
+    "answer",
+    "count_failure",
+    "count_unary_failure",
+    "response_of",
+]
 
 #: Receives a unary call's response, or its error (a ServerError, or what escaped).
 Answered = Callable[[InferResponse | None, BaseException | None], None]
@@ -37,10 +44,20 @@ def answer(
     if request.outputs and (counts := requested_classes(request)):
         outputs = classify_outputs(model, outputs, counts)
     model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
-    # The response keeps the scheduler's ExecutionResult, so a trace needs no hook into
-    # the core.
-    parameters = dict(result.parameters) if result.parameters else {}
-    return InferResponse(model.name, str(model.version), request.id, outputs, parameters, result)
+    return response_of(model, request.id, outputs, result)
+
+
+def response_of(
+    model: ModelVersion,
+    request_id: str,
+    outputs: list[OutputTensor],
+    result: ExecutionResult | None,
+) -> InferResponse:
+    """The response to send: ``result``'s parameters, if the scheduler set some (None: a
+    response cache hit). It keeps the scheduler's ExecutionResult, so a trace needs no
+    hook into the core."""
+    parameters = dict(result.parameters) if result is not None and result.parameters else {}
+    return InferResponse(model.name, str(model.version), request_id, outputs, parameters, result)
 
 
 def count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:

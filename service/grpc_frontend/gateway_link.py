@@ -12,9 +12,8 @@ stop itself (the countdown lines are its), and answers with the seconds it left.
 
 Wire (``wire/gateway_link.py``): service to gateway ``{"stop": seconds}``; gateway to
 service ``{"left": seconds}``, then its half-close. A caller that is not a gateway can at
-most hold
-the stop for the exit timeout, which bounds the wait (docs/decisions/033-http-connections-
-before-the-core-stops.md).
+most hold the stop for the exit timeout, which bounds the wait
+(docs/decisions/033-http-connections-before-the-core-stops.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ..backends.base import Array, ModelInstance, RequestInstance
+from ..backends.base import Answer, Array, ModelInstance, RequestInstance
 from ..statistics import BatchTimings
 from .base import Job
 from .batch import Execution, JobOutputs, Steps, drive, execute_batch
@@ -40,7 +40,6 @@ Deliver = Callable[[Any, BaseException | None], None]
 _Work = tuple[Callable[[Instance], Any], Deliver, Any]
 #: What a work item returns when it found nothing to do: nothing is delivered.
 SKIP = object()
-Answer = Callable[[dict[str, Array] | None, BaseException | None], None]
 
 
 @runtime_checkable

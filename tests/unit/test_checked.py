@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from inference import model_config_pb2 as mc
-from service.cache import cache_key
-from service.core.checked import HASH_INLINE_BYTES, ModelSnapshot, checked_job, snapshot
+from service.cache import HASH_INLINE_BYTES, cache_key
+from service.core.checked import ModelSnapshot, checked_job, snapshot
 from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
 from service.core.model import ModelVersion

@@ -26,7 +26,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from inference import model_config_pb2 as mc
 
 from ... import errors
 from ...repository.completion import ModelSignature
-from ..base import Array, InstanceSpec, TimedOutputs
+from ..base import Answer, Array, InstanceSpec, TimedOutputs
 from ..python.protocol import DEFAULT_INLINE_LIMIT, Channel, ChannelClosed
 from ..python.shm import DEFAULT_POOL_BYTES
 from ..spawn import describe_exit, spawn_worker
@@ -225,7 +225,7 @@ class IsolatedInstance:
     def begin(
         self,
         execution: tuple[Mapping[str, Array], Sequence[str]],
-        answer: Callable[[dict[str, Array] | None, BaseException | None], None],
+        answer: Answer,
     ) -> bool:
         """On the loop: send one batch; ``answer`` gets its outputs (or error) on the
         loop when the worker's answer arrives. False, with nothing sent, when the worker
@@ -257,7 +257,7 @@ class IsolatedInstance:
         self,
         loop: asyncio.AbstractEventLoop,
         worker: _Worker,
-        answer: Callable[[dict[str, Array] | None, BaseException | None], None],
+        answer: Answer,
     ) -> None:
         """The worker's socket is readable: its answer (whole: it sends each at once),
         or its end."""
