@@ -15,6 +15,7 @@ import models
 import numpy as np
 import pytest
 from onnx import TensorProto
+from proc_info import stat_fields
 from python_models.harness import wait_gone
 from test_onnxruntime_backend import SPEC, bf16_cast_model, make_config
 
@@ -41,8 +42,8 @@ def add_sub(tmp_path: Path) -> Iterator[IsolatedInstance]:
 
 def _cpu_ticks(pid: int) -> int:
     """User + system CPU time of ``pid`` in clock ticks (/proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = stat_fields(f"/proc/{pid}/stat")
+    assert fields is not None, f"process {pid} is gone"
     return int(fields[11]) + int(fields[12])
 
 
