@@ -31,6 +31,7 @@ from ..scheduling.instances import InstancePool, InstanceWorker
 from .instance_groups import instance_specs
 from .labels import read_labels
 from .model import ModelState, ModelVersion, io_specs
+from .warmup import warm_up, warmup_samples
 
 __all__ = ["instance_specs", "load_ensemble", "load_version"]
 
@@ -98,12 +99,13 @@ def load_version(
                 model.stats.gpu_memory_bytes = {
                     g: max(0, gpu_after.get(g, 0) - gpu_before.get(g, 0)) for g in gpus
                 }
+        model.inputs = io_specs(list(config.input))
+        model.outputs = io_specs(list(config.output))
+        warm_up(model, instances, warmup_samples(model, path.parent))
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()
         return _unavailable(model, exc)
-    model.inputs = io_specs(list(config.input))
-    model.outputs = io_specs(list(config.output))
     pool = InstancePool([InstanceWorker(instance) for instance in instances])
     tensors = (*signature.inputs, *signature.outputs) if signature is not None else ()
     declared = {t.name: t.shape for t in tensors}

@@ -25,6 +25,9 @@ __all__ = [
     "MAX_SEQUENCE_SLOTS",
     "MAX_STATE_ELEMENTS",
     "MAX_THREADS",
+    "MAX_WARMUP_BYTES",
+    "MAX_WARMUP_COUNT",
+    "MAX_WARMUP_ROWS",
     "ConfigLimits",
     "check_config",
     "load_refusal",
@@ -40,7 +43,24 @@ MAX_RANK = 64
 MAX_STATE_ELEMENTS = 1 << 28
 #: ONNX Runtime threads an instance may ask for (intra_op / inter_op_thread_count).
 MAX_THREADS = 1024
+#: A warmup sample's data (every row, every input) is built in memory before it runs.
+MAX_WARMUP_BYTES = 1 << 30
+#: Runs of one warmup sample, and its requests: each instance runs them before READY.
+MAX_WARMUP_COUNT = 1 << 16
+MAX_WARMUP_ROWS = 1 << 16
 _INT64_MAX = (1 << 63) - 1
+_DATATYPE_BYTES = {
+    mc.TYPE_BOOL: 1,
+    mc.TYPE_UINT8: 1,
+    mc.TYPE_INT8: 1,
+    mc.TYPE_UINT16: 2,
+    mc.TYPE_INT16: 2,
+    mc.TYPE_FP16: 2,
+    mc.TYPE_BF16: 2,
+    mc.TYPE_UINT64: 8,
+    mc.TYPE_INT64: 8,
+    mc.TYPE_FP64: 8,
+}  # 4 bytes otherwise (and per STRING element, its length prefix)
 _THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count")
 
 
@@ -54,6 +74,8 @@ def check_config(config: mc.ModelConfig) -> None:
     (its repository poll): raises ConfigError."""
     if config.max_batch_size < 0:
         raise ConfigError(f"'max_batch_size' must be non-negative value for {config.name}")
+    if config.platform == "ensemble" and config.model_warmup:
+        raise ConfigError(f"model_warmup can not be specified for ensemble '{config.name}'")
 
 
 def load_refusal(config: mc.ModelConfig, limits: ConfigLimits) -> str | None:
@@ -91,7 +113,31 @@ def _check_bounds(config: mc.ModelConfig, limits: ConfigLimits) -> None:
         )
     if config.HasField("sequence_batching"):
         _check_sequences(config, instances)
+    _check_warmup(config)
     _check_file_names(config)
+
+
+def _check_warmup(config: mc.ModelConfig) -> None:
+    """Bounds on what warmup builds and runs; the samples' own faults (a variable
+    dimension, a missing file) are reported in Triton's words when they are built."""
+    for sample in config.model_warmup:
+        where = f"model_warmup '{sample.name}' of model '{config.name}'"
+        if sample.count > MAX_WARMUP_COUNT or sample.batch_size > MAX_WARMUP_ROWS:
+            raise ConfigError(
+                f"{where} asks for count {sample.count} and batch_size {sample.batch_size}; "
+                f"each may be at most {MAX_WARMUP_COUNT}"
+            )
+        row = 0
+        for name, given in sample.inputs.items():
+            if len(given.dims) > MAX_RANK:
+                raise ConfigError(f"{where}: input '{name}' has more than {MAX_RANK} dimensions")
+            size = _DATATYPE_BYTES.get(given.data_type, 4)
+            row += _fixed_elements(given.dims) * size
+        if row * sample.batch_size > MAX_WARMUP_BYTES:
+            raise ConfigError(
+                f"{where} needs {row * sample.batch_size} bytes of data, more than the "
+                f"limit of {MAX_WARMUP_BYTES}"
+            )
 
 
 def _group_instances(group: mc.ModelInstanceGroup) -> int:
