@@ -103,6 +103,7 @@ class BackendRequest:
     request_id: str = ""
     parameters: dict[str, bool | int | float | str] = field(default_factory=dict)
     correlation_id: int | str | None = None
+    timeout_us: int = 0  # the request's own "timeout" parameter (0: none given)
     sequence_start: bool = False
     sequence_end: bool = False
     # The scheduler may run this request again (``sequence_batching { iterative_sequence:

@@ -152,6 +152,7 @@ def _execute_requests(
             request_id=job.request_id,
             parameters=dict(job.parameters),
             correlation_id=job.correlation_id,
+            timeout_us=job.timeout_us,
             sequence_start=job.sequence_start,
             sequence_end=job.sequence_end,
             reschedulable=job.reschedulable,

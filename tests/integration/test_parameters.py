@@ -98,6 +98,15 @@ def test_parameters_the_server_consumes_do_not_reach_the_model(
     assert json.loads(_seen(client.infer("params", _inputs()))) == {}
 
 
+def test_request_timeout_is_the_clients_timeout_parameter(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """``request.timeout()``: microseconds, 0 when none was given (checked on Triton 2.51)."""
+    result = client.infer("params", _inputs(), timeout=5_000_000)
+    assert result.as_numpy("TIMEOUT").tolist() == [5_000_000]
+    assert client.infer("params", _inputs()).as_numpy("TIMEOUT").tolist() == [0]
+
+
 def test_reserved_triton_prefix_is_refused_with_triton_text(server: ServerProcess) -> None:
     """tritonclient refuses such keys itself, so a raw stub sends them."""
 

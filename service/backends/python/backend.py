@@ -397,6 +397,7 @@ def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
         requested_outputs=list(request.requested_outputs),
         # Compact and unescaped, as Triton's python backend writes it (rapidjson).
         parameters=json.dumps(request.parameters, separators=(",", ":"), ensure_ascii=False),
+        timeout=request.timeout_us,
     )
 
 

@@ -64,6 +64,7 @@ class WireRequest(NamedTuple):
     flags: int
     requested_outputs: list[str]
     parameters: str  # JSON, as pb_utils.InferenceRequest.parameters() returns it
+    timeout: int  # microseconds, as pb_utils.InferenceRequest.timeout() returns it
 
 
 class Packed(NamedTuple):

@@ -218,6 +218,7 @@ class Stub:
                     requested_output_names=item.requested_outputs,
                     flags=item.flags,
                     parameters=item.parameters,
+                    timeout=item.timeout,
                     sender=sender,
                 )
             )

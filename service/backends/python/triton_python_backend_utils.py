@@ -175,6 +175,7 @@ class InferenceRequest:
         flags: int = 0,
         parameters: str = "{}",
         sender: InferenceResponseSender | None = None,
+        timeout: int = 0,
     ) -> None:
         self._inputs = list(inputs)
         self._request_id = request_id
@@ -183,6 +184,7 @@ class InferenceRequest:
         self._flags = flags
         self._parameters = parameters
         self._sender = sender
+        self._timeout = timeout
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
@@ -204,7 +206,9 @@ class InferenceRequest:
         return self._parameters
 
     def timeout(self) -> int:
-        return 0
+        """The request's timeout in microseconds (its "timeout" parameter), 0 when the
+        client gave none, as in Triton: not the queue policy's default."""
+        return self._timeout
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:

@@ -1,4 +1,5 @@
-"""Echoes INPUT0 and returns ``request.parameters()`` as sent to the model (a string)."""
+"""Echoes INPUT0 and returns ``request.parameters()`` as sent to the model (a string), and
+``request.timeout()``."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -12,7 +13,11 @@ class TritonPythonModel:
             params = np.array([request.parameters().encode("utf-8")], dtype=np.object_)
             responses.append(
                 pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUTPUT0", value), pb_utils.Tensor("PARAMS", params)]
+                    [
+                        pb_utils.Tensor("OUTPUT0", value),
+                        pb_utils.Tensor("PARAMS", params),
+                        pb_utils.Tensor("TIMEOUT", np.array([request.timeout()], np.uint64)),
+                    ]
                 )
             )
         return responses
