@@ -12,8 +12,10 @@ import threading
 from collections.abc import Callable
 
 from .backends import backend_config
+from .backends.python import bls
 from .cache import ResponseCache
 from .config import ServerConfig
+from .core.bls_core import BlsCore
 from .core.inference_server import InferenceServer
 from .core.lifecycle import ControlMode, ModelManager
 from .core.startup_table import model_table
@@ -66,13 +68,16 @@ class Runtime:
             server_id=config.server_id,
         )
         self.tracing = Tracing(config.trace)
-        self.models.attach_runner(TracingStepRunner(self.core.step_runner, self.tracing))
+        self.steps = TracingStepRunner(self.core.step_runner, self.tracing)
+        self.models.attach_runner(self.steps)
         self._poller: asyncio.Task[None] | None = None
         self._metrics: MetricsEndpoint | None = None
         self._collectors: list[GpuMetrics | CpuMetrics] = []
 
     async def start_models(self) -> bool:
         """Load what the control mode says; False (logged) when the start must fail."""
+        # Python models' BLS requests run on this loop, from their first execute.
+        bls.install(BlsCore(self.core, self.steps), asyncio.get_running_loop())
         try:
             await self.models.start()
         except ValueError as exc:

@@ -65,7 +65,7 @@ def test_response_sender_rules() -> None:
         single.send(response, flags=4)
     with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
         single.send()
-    request = pb_utils.InferenceRequest([], request_id="r", sender=single)
+    request = pb_utils.InferenceRequest(request_id="r", inputs=[], sender=single)
     with pytest.raises(pb_utils.TritonModelException, match="BLS"):
         request.exec()
 

@@ -39,6 +39,7 @@ from ...repository.completion import ModelSignature
 from ..backend_config import current
 from ..base import BackendRequest, InstanceSpec, ResponseSender
 from ..builtin.common import config_signature
+from .bls import serve_bls
 from .config_json import apply_completed, config_to_json
 from .protocol import WireRequest
 from .settings import RESTART_BACKOFF, Settings
@@ -355,6 +356,8 @@ class PythonInstance:
                 call.answered.set()
                 with self._lock:
                     self._calls.pop(call_id, None)
+        elif tag == "bls":
+            serve_bls(self._worker.channel, self._worker.send, message, fd)
         elif tag == "query_cancel":
             _, query_id, call_id, index = message
             with self._lock:

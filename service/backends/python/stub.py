@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
+from .bls_client import BlsClient
 from .protocol import Channel, ChannelClosed, Packed, WireRequest
 from .stub_runtime import describe_exception, hard_exit, import_model_class, watch_parent
 
@@ -50,6 +51,7 @@ class Stub:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.batch_lock = threading.Lock()
         self.batches: dict[int, list[Item]] = {}
+        self.bls = BlsClient(channel)
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="stub-reader", daemon=True).start()
@@ -73,7 +75,9 @@ class Stub:
         try:
             while True:
                 message, fd = self.channel.recv()
-                if message[0] == "cancel_state":
+                if message[0] == "bls_response":
+                    self.bls.deliver(message, fd)
+                elif message[0] == "cancel_state":
                     _, query_id, state = message
                     event, result = self.queries.pop(query_id, (None, [False]))
                     result[0] = bool(state)
@@ -120,6 +124,8 @@ class Stub:
         initialize = getattr(self.model, "initialize", None)
         if initialize is not None:
             initialize(args)
+        # As in Triton, BLS is for ``execute`` only: not in initialize or finalize.
+        pb_utils._set_bls_executor(self.bls.execute)
         return ("initialized",)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -132,6 +138,7 @@ class Stub:
         return self.loop
 
     def _finalize(self) -> None:
+        pb_utils._set_bls_executor(None)
         finalize = getattr(self.model, "finalize", None)
         if finalize is None:
             return
@@ -212,7 +219,7 @@ class Stub:
                 sender._unanswered = finalizer  # type: ignore[attr-defined]
             requests.append(
                 pb_utils.InferenceRequest(
-                    [pb_utils.Tensor(name, array) for name, array in tensors],
+                    inputs=[pb_utils.Tensor(name, array) for name, array in tensors],
                     request_id=item.request_id,
                     correlation_id=item.correlation_id,
                     requested_output_names=item.requested_outputs,

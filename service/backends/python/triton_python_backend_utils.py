@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .model_config import ModelConfig
 from .pb_core import (
@@ -29,6 +29,9 @@ from .pb_core import (
 )
 
 __all__ = [
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_CPU_PINNED",
+    "TRITONSERVER_MEMORY_GPU",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
     "TRITONSERVER_REQUEST_RELEASE_ALL",
@@ -40,6 +43,7 @@ __all__ = [
     "InferenceResponseSender",
     "Logger",
     "ModelConfig",
+    "PreferredMemory",
     "Tensor",
     "TritonError",
     "TritonModelException",
@@ -62,6 +66,9 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
 
 
 class InferenceResponse:
@@ -162,29 +169,94 @@ class InferenceResponseSender:
         return self._cancelled()
 
 
+class PreferredMemory:
+    """Where a BLS request would like its outputs (``InferenceRequest(preferred_memory=)``).
+    This server's outputs are always in host memory, so it is accepted and kept only."""
+
+    def __init__(self, preferred_memory_type: int = 0, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+#: Runs a BLS request: (request, decoupled) -> a response, or an iterator of responses.
+#: The worker sets it while ``execute`` may run (after ``initialize``, before
+#: ``finalize``), as Triton allows BLS only there.
+BlsExecutor = Callable[["InferenceRequest", bool], Any]
+_bls_executor: BlsExecutor | None = None
+
+
+def _set_bls_executor(executor: BlsExecutor | None) -> None:
+    global _bls_executor
+    _bls_executor = executor
+
+
+def _bls_parameters(parameters: Any) -> str:
+    """Triton's checks and form: a dict of str keys and bool/int/str values, kept as
+    ``json.dumps`` writes it. (The worker passes a received request's parameters as the
+    JSON string the server sent.)"""
+    if isinstance(parameters, str):
+        return parameters
+    values = {} if parameters is None else dict(parameters)
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(values)
+
+
+class BlsTarget(NamedTuple):
+    """What the worker sends for a BLS request besides its tensors (``bls_target``)."""
+
+    model_name: str
+    model_version: int
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    timeout: int
+    parameters: str
+    requested_outputs: list[str]
+
+
 class InferenceRequest:
-    """A request as ``execute`` receives it. Building one to run another model (BLS,
-    ``InferenceRequest(...).exec()``) is not supported by this server."""
+    """A request as ``execute`` receives it, or one a model builds to run another model
+    (BLS: ``InferenceRequest(model_name=..., inputs=..., requested_output_names=...)``
+    then ``exec()`` or ``await async_exec()``), with the keyword arguments and checks
+    of Triton's python backend (r24.10)."""
 
     def __init__(
         self,
-        inputs: Sequence[Tensor],
         request_id: str = "",
         correlation_id: int | str = 0,
+        inputs: Sequence[Tensor] = (),
         requested_output_names: Sequence[str] = (),
+        model_name: str = "",
+        model_version: int = -1,
         flags: int = 0,
-        parameters: str = "{}",
-        sender: InferenceResponseSender | None = None,
         timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: dict[str, bool | int | str] | str | None = None,
+        sender: InferenceResponseSender | None = None,
     ) -> None:
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
         self._inputs = list(inputs)
         self._request_id = request_id
         self._correlation_id = correlation_id
-        self._requested = list(requested_output_names)
+        self._requested = list(dict.fromkeys(requested_output_names))
+        self._model_name = model_name
+        self._model_version = model_version
         self._flags = flags
-        self._parameters = parameters
-        self._sender = sender
         self._timeout = timeout
+        self._preferred_memory = preferred_memory or PreferredMemory()
+        self._trace = trace
+        self._parameters = _bls_parameters(parameters)
+        self._sender = sender
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
@@ -227,13 +299,32 @@ class InferenceRequest:
     def release_flags(self) -> int:
         return self._release_flags
 
-    def exec(self, decoupled: bool = False) -> Any:
-        raise TritonModelException(
-            "BLS (InferenceRequest.exec) is not supported by this server's python backend"
+    def _bls_target(self) -> BlsTarget:
+        return BlsTarget(
+            self._model_name,
+            self._model_version,
+            self._request_id,
+            self._correlation_id,
+            self._flags,
+            self._timeout,
+            self._parameters,
+            self._requested,
         )
 
-    async def async_exec(self, decoupled: bool = False) -> Any:
-        return self.exec(decoupled)
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on ``model_name`` through the server's scheduler for it. An
+        error comes back as a response with ``has_error()``; ``decoupled=True`` returns
+        an iterator over the responses, the last one marked final (possibly empty)."""
+        executor = _bls_executor
+        if executor is None:
+            raise TritonModelException("BLS is only supported during the 'execute' function.")
+        return executor(self, decoupled)
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        """``exec`` in the running loop's default executor, as Triton's stub runs it."""
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -1,0 +1,83 @@
+"""BLS in the worker: a model's own inference requests go to the server, responses return.
+
+``InferenceRequest(...).exec()`` (``pb_utils``) lands in ``BlsClient.execute``: the
+request's tensors travel as any response's do (small ones inside the message, large ones
+in one of this worker's shared regions), the server runs it through the called model's
+scheduler (``bls.py`` on its side) and answers with ``bls_response`` messages, which the
+worker's reader thread hands to the waiting call. ``exec`` blocks the calling thread only;
+``decoupled=True`` returns an iterator whose last response is marked final, as Triton's
+``ResponseIterator`` (python_backend r24.10).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from . import triton_python_backend_utils as pb_utils
+from .protocol import Channel
+
+__all__ = ["BlsClient", "ResponseIterator"]
+
+Answer = tuple[pb_utils.InferenceResponse, bool]  # a response, and whether it is the last
+
+
+class ResponseIterator:
+    """The responses of a ``decoupled=True`` BLS request, until the final one."""
+
+    def __init__(self, answers: queue.Queue[Answer]) -> None:
+        self._answers = answers
+        self._finished = False
+
+    def __iter__(self) -> Iterator[pb_utils.InferenceResponse]:
+        return self
+
+    def __next__(self) -> pb_utils.InferenceResponse:
+        if self._finished:
+            raise StopIteration
+        response, final = self._answers.get()
+        self._finished = final
+        return response
+
+
+class BlsClient:
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting: dict[int, queue.Queue[Answer]] = {}
+
+    def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """Any thread of the model's: send ``request``, return its response (or an
+        iterator over them). Inputs are read here, so the caller may reuse its arrays."""
+        target = request._bls_target()
+        packed = self.channel.pack([[(t.name(), t.as_numpy()) for t in request.inputs()]])
+        answers: queue.Queue[Answer] = queue.Queue()
+        with self._lock:
+            bls_id = next(self._ids)
+            self._waiting[bls_id] = answers
+        try:
+            message = ("bls", bls_id, decoupled, target, packed.refs[0], packed.region)
+            self.channel.send(message, packed.fd)
+        finally:
+            if packed.fd is not None:
+                os.close(packed.fd)
+        iterator = ResponseIterator(answers)
+        return iterator if decoupled else next(iterator)
+
+    def deliver(self, message: tuple[Any, ...], fd: int | None) -> None:
+        """The reader thread: one ``bls_response`` for a waiting call."""
+        _, bls_id, refs, region, error, final = message
+        (tensors,) = self.channel.unpack([refs or []], region, fd)
+        response = pb_utils.InferenceResponse(
+            [pb_utils.Tensor(name, array) for name, array in tensors],
+            error=pb_utils.TritonError(error) if error is not None else None,
+        )
+        with self._lock:
+            answers = self._waiting.pop(bls_id, None) if final else self._waiting.get(bls_id)
+        if answers is not None:
+            answers.put((response, final))

@@ -1,0 +1,36 @@
+"""What a Python model's BLS requests see of the core (``backends/python/bls.py``).
+
+The requests of a model already executing, like an ensemble's steps: they run through the
+called model's scheduler as a client's request would, and on during a drain (the request
+that makes them is in flight), so they go through the ensembles' step runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from ..errors import ServerError
+from ..scheduling.ensemble import StepRunner
+from ..types import InferRequest, InferResponse
+from .inference_server import InferenceServer
+
+__all__ = ["BlsCore"]
+
+
+class BlsCore:
+    def __init__(self, server: InferenceServer, runner: StepRunner) -> None:
+        self._server = server
+        self._runner = runner
+
+    def decoupled(self, name: str, version: str) -> bool | None:
+        """Whether the ready version is decoupled; None when none is ready."""
+        if not self._server.model_ready(name, version):
+            return None
+        try:
+            config = self._server.model_config(name, version)
+        except ServerError:  # unloaded in between
+            return None
+        return config.model_transaction_policy.decoupled
+
+    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        return self._runner.stream_infer(request)
