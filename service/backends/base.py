@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from wire.datatypes import Array
 
@@ -30,10 +30,14 @@ __all__ = [
     "Array",
     "Backend",
     "BackendRequest",
+    "HeldRows",
     "InstanceSpec",
     "ModelInstance",
     "RequestInstance",
     "ResponseSender",
+    "SequenceRows",
+    "StateHolder",
+    "StateShapes",
     "TimedOutputs",
 ]
 
@@ -77,6 +81,42 @@ class ModelInstance(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: One sequence's state shapes: one per ``state`` of the config, without a batch dimension.
+StateShapes = tuple[tuple[int, ...], ...]
+
+
+class SequenceRows(NamedTuple):
+    """Whose implicit state each row of a sequence batch runs with, for an instance that
+    holds the state itself (``StateHolder``): tiny, it rides with the batch."""
+
+    keys: tuple[int | None, ...]  # each row's sequence (a stable key); None: an empty slot
+    fresh: tuple[bool, ...]  # the row begins from the initial state (START, or none kept)
+    forget: tuple[int, ...]  # sequences released since the last batch: drop their state
+
+
+class HeldRows(NamedTuple):
+    """What a ``StateHolder`` kept of a batch's output states (never the bytes)."""
+
+    shapes: tuple[StateShapes | None, ...]  # each row's new state; None: nothing kept
+    lost: tuple[int, ...]  # rows that continue a sequence whose state it no longer holds
+    held: int  # sequences whose state it holds now
+
+
+@runtime_checkable
+class StateHolder(Protocol):
+    """A tensor instance that keeps its sequences' implicit state where it runs: one in a
+    worker process, so that no state tensor crosses to the engine and back each step
+    (issue 25). The sequence batcher then adds only the control tensors."""
+
+    def execute_holding_state(
+        self, inputs: Mapping[str, Array], outputs: Sequence[str], rows: SequenceRows
+    ) -> tuple[dict[str, Array], HeldRows]:
+        """``execute`` with the rows' input states added from what it holds; it keeps the
+        rows' output states and returns only ``outputs``. A row in ``lost`` ran on zeros,
+        like an empty slot: its outputs are not its sequence's and nothing was kept."""
+        ...
 
 
 class Backend(Protocol):

@@ -22,11 +22,8 @@ from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
 from service.scheduling.sequence.batcher import SequenceBatchScheduler
 from service.scheduling.sequence.slots import SequenceTable
-from service.scheduling.sequence.tensors import (
-    build_sequence_inputs,
-    control_specs,
-    state_specs,
-)
+from service.scheduling.sequence.states import state_specs
+from service.scheduling.sequence.tensors import build_sequence_inputs, control_specs
 from service.statistics import ModelStats
 
 START_FLAG = "must specify the START flag"

@@ -5,10 +5,12 @@ It opens the instance with the real backend (``open``), runs each batch the engi
 statistics take as the model's compute) and closes it (``close``), one message at a
 time: the engine (its loop, or the instance's thread) sends a batch and waits for its
 answer, so there is never more than one. Inputs arrive as views of the engine's shared
-region and outputs leave through this worker's own (``protocol.Channel``). Log records
-made here (ONNX Runtime's provider line, say) ride back with each answer and are emitted
-by the engine, under its log settings and format. The worker exits when the engine's
-end of the socket closes or its parent changes, so it never outlives the server.
+region and outputs leave through this worker's own (``protocol.Channel``). The implicit
+state of a stateful model's sequences lives here (``HeldStates``): only its shapes go
+back to the engine. Log records made here (ONNX Runtime's provider line, say) ride back
+with each answer and are emitted by the engine, under its log settings and format. The
+worker exits when the engine's end of the socket closes or its parent changes, so it
+never outlives the server.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 from inference import model_config_pb2 as mc
 
 from ...errors import ServerError
-from ..base import InstanceSpec, ModelInstance
+from ...scheduling.sequence.held import HeldStates
+from ..base import HeldRows, InstanceSpec, ModelInstance
 from ..python.protocol import Channel, ChannelClosed
 from ..python.stub_runtime import hard_exit, watch_parent
 from ..registry import get_backend
@@ -66,6 +69,8 @@ class Host:
         logging.getLogger().addHandler(self.records)
         logging.getLogger().setLevel(logging.INFO)
         self.instance: ModelInstance | None = None
+        self.model: tuple[mc.ModelConfig, Path] | None = None  # config, model folder
+        self._states: HeldStates | None = None  # made by the first stateful batch
 
     def serve(self) -> None:
         while True:
@@ -88,6 +93,7 @@ class Host:
         _, backend_name, config_bytes, version_path, spec = message
         try:
             config = mc.ModelConfig.FromString(config_bytes)
+            self.model = (config, Path(version_path).parent)
             opened = get_backend(backend_name).open(config, Path(version_path), spec)
             assert isinstance(spec, InstanceSpec)
             if not callable(getattr(opened, "execute", None)):
@@ -98,20 +104,47 @@ class Host:
             reply = ("error", self.records.take(), *_error(exc))
         self.channel.send(reply)
 
+    def held_states(self) -> HeldStates:
+        """The sequences' implicit state, made when the first stateful batch comes."""
+        if self._states is None:
+            assert self.model is not None, "execute before open"
+            self._states = HeldStates(*self.model)
+        return self._states
+
     def _execute(self, message: tuple[Any, ...], fd: int | None) -> None:
-        _, refs, region, outputs = message
+        """``("execute", refs, region, outputs[, rows])``: with ``rows`` (a sequence batch)
+        the input states come from, and the output states stay in, ``held_states``."""
+        _, refs, region, outputs, *stateful = message
         packed = None
         try:
             (named,) = self.channel.unpack([refs], region, fd)
             assert self.instance is not None, "execute before open"
+            inputs, run_outputs = dict(named), outputs
+            if stateful:
+                held, rows = self.held_states(), stateful[0]
+                states, lost = held.inputs(rows)
+                inputs.update(states)
+                run_outputs = held.run_outputs(outputs)
             start = time.monotonic_ns()
-            results = self.instance.execute(dict(named), outputs)
+            results = self.instance.execute(inputs, run_outputs)
             end = time.monotonic_ns()
-            del named  # the engine's region is free for reuse once no view is left
+            del named, inputs  # the engine's region is free for reuse once no view is left
+            report: list[HeldRows] = []
+            if stateful:
+                report.append(held.keep(results, rows, lost))
+                results = {name: results[name] for name in outputs}
             packed = self.channel.pack([list(results.items())])
             del results
             refs, region = packed.refs[0], packed.region
-            reply: tuple[Any, ...] = ("done", self.records.take(), refs, region, start, end)
+            reply: tuple[Any, ...] = (
+                "done",
+                self.records.take(),
+                refs,
+                region,
+                start,
+                end,
+                *report,
+            )
         except Exception as exc:
             reply = ("error", self.records.take(), *_error(exc))
             packed = None

@@ -14,7 +14,9 @@ A worker that dies fails the batch it was running, with an error naming the mode
 instance and how the worker ended; the next batch starts a new worker (re-opening the
 model) and runs there. A batch that finds the worker already gone (between batches) is
 not failed: it runs on the new worker. When the new worker cannot open the model, batches
-fail fast for ``RESTART_BACKOFF`` seconds, then it is tried again.
+fail fast for ``RESTART_BACKOFF`` seconds, then it is tried again. The sequences'
+implicit state a worker held (``execute_holding_state``) dies with it: the sequence
+batcher fails their next requests.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from inference import model_config_pb2 as mc
 
 from ... import errors
 from ...repository.completion import ModelSignature
-from ..base import Answer, Array, InstanceSpec, TimedOutputs
+from ..base import Answer, Array, HeldRows, InstanceSpec, SequenceRows, TimedOutputs
 from ..python.protocol import DEFAULT_INLINE_LIMIT, Channel, ChannelClosed
 from ..python.shm import DEFAULT_POOL_BYTES
 from ..spawn import describe_exit, spawn_worker
@@ -130,7 +132,7 @@ def _error_of(reply: tuple[Any, ...]) -> errors.ServerError:
 
 def _outputs(worker: _Worker, reply: tuple[Any, ...], fd: int | None) -> TimedOutputs:
     """A ``done`` answer's outputs (views of the worker's region) and run times."""
-    _, _, refs, region, start, end = reply
+    _, _, refs, region, start, end = reply[:6]
     (results,) = worker.channel.unpack([refs], region, fd)
     return TimedOutputs(dict(results), start, end)
 
@@ -210,17 +212,35 @@ class IsolatedInstance:
         return self._worker
 
     def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
-        named, wanted = list(inputs.items()), list(outputs)
+        reply, worker, fd = self._exchange(("execute", list(outputs)), list(inputs.items()))
+        return _outputs(worker, reply, fd)
+
+    def execute_holding_state(
+        self, inputs: Mapping[str, Array], outputs: Sequence[str], rows: SequenceRows
+    ) -> tuple[dict[str, Array], HeldRows]:
+        """``StateHolder``: the sequences' implicit state lives in the worker, so only the
+        inputs, the requested outputs and the rows' state shapes cross. A worker that
+        ended took its states along: their rows come back lost."""
+        message = ("execute", list(outputs), rows)
+        reply, worker, fd = self._exchange(message, list(inputs.items()))
+        held: HeldRows = reply[6]
+        return _outputs(worker, reply, fd), held
+
+    def _exchange(
+        self, message: tuple[Any, ...], named: list[tuple[str, Array]]
+    ) -> tuple[tuple[Any, ...], _Worker, int | None]:
+        """Run one batch, on a new worker when the current one is gone; its ``done``
+        answer, or the worker's error raised."""
         worker = self._live_worker()
         try:
-            reply, fd = self._run(worker, named, wanted)
+            reply, fd = self._run(worker, named, message)
         except _NotTaken:  # gone between batches: this one runs on a new worker
             worker.how_it_ended()
             worker = self._live_worker()
-            reply, fd = self._run(worker, named, wanted)
+            reply, fd = self._run(worker, named, message)
         if reply[0] != "done":
             raise _error_of(reply)
-        return _outputs(worker, reply, fd)
+        return reply, worker, fd
 
     def begin(
         self,
@@ -292,13 +312,15 @@ class IsolatedInstance:
         )
 
     def _run(
-        self, worker: _Worker, named: list[tuple[str, Array]], outputs: list[str]
+        self, worker: _Worker, named: list[tuple[str, Array]], message: tuple[Any, ...]
     ) -> tuple[tuple[Any, ...], int | None]:
-        """One batch there and its answer back. _NotTaken: the worker was gone before
-        the batch reached it; Internal: it ended while running the batch."""
+        """One batch there and its answer back: ``message`` is ``("execute", outputs,
+        ...)``, sent with the packed inputs after its tag. _NotTaken: the worker was gone
+        before the batch reached it; Internal: it ended while running the batch."""
         packed = worker.channel.pack([named])
+        tag, *rest = message
         try:
-            worker.channel.send(("execute", packed.refs[0], packed.region, outputs), packed.fd)
+            worker.channel.send((tag, packed.refs[0], packed.region, *rest), packed.fd)
         except OSError as exc:
             raise _NotTaken from exc
         finally:

@@ -5,8 +5,10 @@ per slot of an instance (empty slots are zero rows with READY false). Oldest: a 
 the oldest waiting requests of that instance's candidate sequences, never two from one
 sequence, closed by the dynamic batcher's rule. Control tensors and implicit state are
 added in the instance's thread; the output state of request i is the input state of i+1.
-Request backends (Python models, built-ins) get the same tensors, one request per row
-(``sequence_requests.py``).
+An instance that holds its sequences' state itself (``StateHolder``: one in a worker
+process) gets only the control tensors, with each row's sequence key; the state stays
+there and the engine keeps only its shapes (``held.py``). Request backends (Python
+models, built-ins) get the same tensors, one request per row (``requests.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ...backends.base import ModelInstance, RequestInstance
-from ...errors import InvalidArgument, Unavailable
+from ...backends.base import (
+    ModelInstance,
+    RequestInstance,
+    SequenceRows,
+    StateHolder,
+    StateShapes,
+)
+from ...errors import Internal, InvalidArgument, ServerError, Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import count_if_delivered_too_late
 from ..base import Array, ExecutionResult, Job
@@ -35,7 +43,8 @@ from ..hooks import BACKLOG_DELAY_ENV, DELAY_ENV, Driver, hold_count
 from ..instances import InstancePool, InstanceWorker
 from .requests import RESCHEDULED, RowOutputs, execute_request_rows
 from .slots import LiveSequence, SequenceTable
-from .tensors import build_sequence_inputs, control_specs, state_specs
+from .states import state_specs
+from .tensors import build_sequence_inputs, control_specs
 
 __all__ = ["SequenceBatchScheduler"]
 
@@ -45,7 +54,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 Rows = list[Job | None]
-RowResult = tuple[list[RowOutputs], list[list[Array] | None], BatchTimings]
+#: A row's new state: the arrays (None when its instance holds them) and their shapes.
+RowState = tuple[list[Array] | None, StateShapes]
+RowResult = tuple[list[RowOutputs], list[RowState | None], BatchTimings]
 
 
 class SequenceBatchScheduler:
@@ -68,6 +79,13 @@ class SequenceBatchScheduler:
         self._controls = control_specs(batching)
         self._states = state_specs(batching, model_path)
         self._state_outputs = [s.output_name for s in self._states]
+        self._initial_shapes = tuple(spec.initial.shape for spec in self._states)
+        # Instances that hold the state themselves, and per instance the sequences released
+        # since its last batch (their keys ride with the next one: no round trip of its own).
+        self._holders = [
+            bool(self._states) and isinstance(w.instance, StateHolder) for w in pool.workers
+        ]
+        self._forget: list[list[int]] = [[] for _ in pool.workers]
         self._oldest = batching.WhichOneof("strategy_choice") == "oldest"
         rows = max(config.max_batch_size, 1)
         if self._oldest:
@@ -90,7 +108,9 @@ class SequenceBatchScheduler:
         self._iterative = batching.iterative_sequence
         self._sequence_ids = itertools.count(1)
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
-        self._table = SequenceTable(config.name, len(pool.workers), capacity, idle_us * 1000)
+        self._table = SequenceTable(
+            config.name, len(pool.workers), capacity, idle_us * 1000, self._released
+        )
         self._delay_count = hold_count(DELAY_ENV)
         self._backlog_delay = hold_count(BACKLOG_DELAY_ENV)
         self._driver = Driver(f"sequencer-{config.name}", self._step)
@@ -261,14 +281,19 @@ class SequenceBatchScheduler:
     def _key(self, job: Job) -> tuple[object, ...]:
         """Rows share an execution only when inputs and states agree in shape."""
         sequence = self._sequence_of(job)
-        if sequence is not None and sequence.states is not None and not job.sequence_start:
-            states = tuple(a.shape for a in sequence.states)
-        else:
-            states = tuple(spec.initial.shape for spec in self._states)
-        return (job.shape_key(), states)
+        if sequence is not None and sequence.shapes is not None and not job.sequence_start:
+            return (job.shape_key(), sequence.shapes)
+        return (job.shape_key(), self._initial_shapes)
 
     def _sequence_of(self, job: Job) -> LiveSequence | None:
         return self._owners.get(id(job))
+
+    def _released(self, sequence: LiveSequence) -> None:
+        """SequenceTable's hook: a sequence whose state its instance holds is forgotten
+        there with that instance's next batch."""
+        instance = sequence.instance
+        if instance is not None and self._holders[instance] and sequence.shapes is not None:
+            self._forget[instance].append(sequence.key)
 
     def _dispatch(self, worker: InstanceWorker, rows: Rows) -> None:
         sequences = [self._sequence_of(job) if job is not None else None for job in rows]
@@ -277,18 +302,36 @@ class SequenceBatchScheduler:
                 sequence.pending.popleft()
                 sequence.executing = True
         # A START (also one that restarts a live sequence) begins from the initial state.
-        states = [
-            s.states if s is not None and j is not None and not j.sequence_start else None
+        fresh = [
+            s is None or j is None or j.sequence_start or s.shapes is None
             for j, s in zip(rows, sequences, strict=True)
         ]
-        outputs = [*union_outputs([j for j in rows if j is not None]), *self._state_outputs]
+        outputs = union_outputs([j for j in rows if j is not None])
+        held: SequenceRows | None = None
+        states: list[list[Array] | None] = [None] * len(rows)
+        if self._holders[worker.index]:
+            keys = tuple(s.key if s is not None else None for s in sequences)
+            forget, self._forget[worker.index] = self._forget[worker.index], []
+            held = SequenceRows(keys, tuple(fresh), tuple(forget))
+        else:
+            states = [
+                s.states if s is not None and not f else None
+                for f, s in zip(fresh, sequences, strict=True)
+            ]
+            outputs = list(dict.fromkeys([*outputs, *self._state_outputs]))
         self._executing += 1
 
         def work(instance: ModelInstance | RequestInstance) -> RowResult:
-            return self._execute(instance, rows, states, list(dict.fromkeys(outputs)))
+            return self._execute(instance, rows, states, outputs, held)
 
-        execution = self._pool.launch(worker, work)
-        execution.add_done_callback(lambda done: self._finished(rows, sequences, done))
+        def finished(done: asyncio.Future[RowResult]) -> None:
+            if held is not None and held.forget and (done.cancelled() or done.exception()):
+                # Perhaps never seen by the worker: those keys go with the next batch (one
+                # that ended holds nothing, so sending them again is harmless).
+                self._forget[worker.index][:0] = held.forget
+            self._finished(rows, sequences, done)
+
+        self._pool.launch(worker, work).add_done_callback(finished)
 
     def _execute(
         self,
@@ -296,10 +339,13 @@ class SequenceBatchScheduler:
         rows: Rows,
         states: list[list[Array] | None],
         outputs: list[str],
+        held: SequenceRows | None,
     ) -> RowResult:
+        """One batch, in the instance's thread. ``held``: the instance holds the states."""
         start = self._clock()
+        specs = [] if held is not None else self._states
         inputs = build_sequence_inputs(
-            rows, states, self._controls, self._states, self._declared, self._batched
+            rows, states, self._controls, specs, self._declared, self._batched
         )
         if takes_requests(instance):
             # Request backends cannot hand back implicit state (Triton's python backend
@@ -309,24 +355,52 @@ class SequenceBatchScheduler:
             )
             return per_request, [None] * len(rows), timings
         input_end = self._clock()
-        results = cast(ModelInstance, instance).execute(inputs, outputs)
+        lost: tuple[int, ...] = ()
+        if held is None:
+            results = cast(ModelInstance, instance).execute(inputs, outputs)
+            new_states = self._states_here(rows, results)
+        else:
+            results, report = cast(StateHolder, instance).execute_holding_state(
+                inputs, outputs, held
+            )
+            new_states = [None if shapes is None else (None, shapes) for shapes in report.shapes]
+            lost = report.lost
         input_end, infer_end = compute_bounds(results, input_end, self._clock())
         per_row: list[RowOutputs] = []
-        new_states: list[list[Array] | None] = []
         for index, job in enumerate(rows):
             if job is None:
                 per_row.append(None)
+            elif index in lost:
+                per_row.append(self._lost(job, instance.spec.name))
+            else:
+                pick = slice(index, index + 1) if self._batched else slice(None)
+                per_row.append({name: results[name][pick] for name in job.outputs})
+        return per_row, new_states, BatchTimings(start, input_end, infer_end, self._clock())
+
+    def _states_here(self, rows: Rows, results: dict[str, Array]) -> list[RowState | None]:
+        """Each real row's output states, copied out of the batch's arrays."""
+        new_states: list[RowState | None] = []
+        for index, job in enumerate(rows):
+            if job is None:
                 new_states.append(None)
                 continue
-            pick = slice(index, index + 1) if self._batched else slice(None)
-            per_row.append({name: results[name][pick] for name in job.outputs})
-            new_states.append(
-                [
-                    (results[name][index] if self._batched else results[name]).copy()
-                    for name in self._state_outputs
-                ]
-            )
-        return per_row, new_states, BatchTimings(start, input_end, infer_end, self._clock())
+            arrays = [
+                (results[name][index] if self._batched else results[name]).copy()
+                for name in self._state_outputs
+            ]
+            new_states.append((arrays, tuple(a.shape for a in arrays)))
+        return new_states
+
+    def _lost(self, job: Job, instance: str) -> ServerError:
+        """A request that continues a sequence whose state died with its instance's worker
+        process. Internal, as a failed instance's requests are in Triton (a Python model's
+        stub that died): the request was valid, the server lost what it needed. Starting
+        over from the initial state instead would answer with wrong results, silently."""
+        return Internal(
+            f"inference request for sequence {job.correlation_id} to model '{self._name}' "
+            f"cannot continue it: its implicit state was lost when the worker process of "
+            f"instance '{instance}' ended; start the sequence again with the START flag"
+        )
 
     def _finished(
         self,
@@ -344,7 +418,9 @@ class SequenceBatchScheduler:
                 continue
             sequence.executing = False
             if error is None:
-                sequence.states = new_states[index]
+                state = new_states[index]
+                if state is not None:
+                    sequence.states, sequence.shapes = state
                 out = outputs[index]
                 assert out is not None
                 if out == RESCHEDULED:

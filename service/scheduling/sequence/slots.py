@@ -15,10 +15,13 @@ is freed), and a backlogged sequence whose requests' timeout passes is dropped.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...backends.base import StateShapes
 from ...errors import InvalidArgument
 from ..base import Array, Job
 
@@ -29,6 +32,10 @@ log = logging.getLogger(__name__)
 CorrelationId = int | str
 
 
+#: Sequence keys, never reused: a new sequence with an old correlation ID is another key.
+_keys = itertools.count(1)
+
+
 @dataclass(eq=False)
 class LiveSequence:
     cid: CorrelationId
@@ -36,7 +43,11 @@ class LiveSequence:
     instance: int | None = None  # None while in the backlog
     slot: int = 0
     pending: deque[Job] = field(default_factory=deque)
-    states: list[Array] | None = None  # implicit state; None: initial state
+    states: list[Array] | None = None  # implicit state kept in the engine; None: initial
+    # Its shapes, wherever it is kept (the instance's worker, when it holds it); None:
+    # nothing kept yet, the next request starts from the initial state.
+    shapes: StateShapes | None = None
+    key: int = field(default_factory=_keys.__next__)  # names its state in that worker
     executing: bool = False
     ending: bool = False  # END accepted (or idled out): nothing joins it any more
     expires_ns: int | None = None  # while in the backlog: when its requests time out
@@ -55,8 +66,17 @@ class LiveSequence:
 
 
 class SequenceTable:
-    def __init__(self, model: str, instances: int, capacity: int, idle_ns: int) -> None:
+    def __init__(
+        self,
+        model: str,
+        instances: int,
+        capacity: int,
+        idle_ns: int,
+        on_release: Callable[[LiveSequence], None] | None = None,
+    ) -> None:
+        """``on_release`` hears of each sequence that leaves its room (before it does)."""
         self.model = model
+        self._on_release = on_release
         self.capacity = capacity  # slots (Direct) or candidates (Oldest) per instance
         self.idle_ns = idle_ns
         self._routes: dict[CorrelationId, LiveSequence] = {}  # where a new request goes
@@ -133,6 +153,8 @@ class SequenceTable:
             if sequence in self._backlog:
                 self._backlog.remove(sequence)
             return
+        if self._on_release is not None:
+            self._on_release(sequence)
         self._rooms[sequence.instance][sequence.slot] = None
         sequence.instance = None
         if self._backlog:

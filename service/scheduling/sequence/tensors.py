@@ -1,24 +1,25 @@
 """What the sequence batcher adds to a batch: control tensors and implicit state.
 
 Pure numpy, run in the instance's worker thread. Rows are batch slots: a ``None`` row is
-an empty slot (Direct strategy), filled with zeros and marked not READY.
+an empty slot (Direct strategy), filled with zeros and marked not READY. The input states
+come from ``states.py``; an instance that holds its sequences' state itself (one in a
+worker process) gets none from here and adds them there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from inference import model_config_pb2 as mc
-from wire import datatypes
 
 from ..base import Array, Job
+from .states import StateSpec, config_numpy, state_inputs
 
-__all__ = ["ControlSpec", "StateSpec", "build_sequence_inputs", "control_specs", "state_specs"]
+__all__ = ["ControlSpec", "build_sequence_inputs", "control_specs"]
 
 _Kind = mc.ModelSequenceBatching.Control
 
@@ -32,19 +33,6 @@ class ControlSpec:
     true_value: Any = 1
 
 
-@dataclass(frozen=True)
-class StateSpec:
-    input_name: str
-    output_name: str
-    dtype: np.dtype[Any]
-    initial: Array  # one sequence's starting state, without a batch dimension
-
-
-def _numpy(config_type: int) -> np.dtype[Any]:
-    name = datatypes.datatype_from_config(mc.DataType.Name(config_type))
-    return datatypes.DATATYPES[name].numpy
-
-
 def control_specs(batching: mc.ModelSequenceBatching) -> list[ControlSpec]:
     """Raises ValueError for a control the config describes incompletely."""
     specs = []
@@ -54,7 +42,7 @@ def control_specs(batching: mc.ModelSequenceBatching) -> list[ControlSpec]:
             if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
                 if control.data_type == mc.TYPE_INVALID:
                     raise ValueError(f"control input '{name}' (CORRID) needs a data_type")
-                specs.append(ControlSpec(name, control.kind, _numpy(control.data_type)))
+                specs.append(ControlSpec(name, control.kind, config_numpy(control.data_type)))
                 continue
             dtype: np.dtype[Any]
             values: list[Any]
@@ -70,37 +58,6 @@ def control_specs(batching: mc.ModelSequenceBatching) -> list[ControlSpec]:
                     "fp32_false_true, int32_false_true or bool_false_true"
                 )
             specs.append(ControlSpec(name, control.kind, dtype, values[0], values[1]))
-    return specs
-
-
-def state_specs(batching: mc.ModelSequenceBatching, model_path: Path) -> list[StateSpec]:
-    """Initial states: zero_data or data_file (under ``initial_state/``), else zeros with
-    every variable dimension set to 1, as Triton does."""
-    specs = []
-    for state in batching.state:
-        dtype = _numpy(state.data_type)
-        dims = [1 if d < 0 else d for d in state.dims]
-        initial = np.zeros(dims, dtype=dtype)
-        if state.initial_state:
-            init = state.initial_state[0]
-            init_dtype = _numpy(init.data_type) if init.data_type else dtype
-            shape = [1 if d < 0 else d for d in init.dims]
-            if init.WhichOneof("state_data") == "data_file":
-                path = model_path / "initial_state" / init.data_file
-                try:
-                    raw = path.read_bytes()
-                except OSError as exc:
-                    raise ValueError(f"initial state file for '{state.input_name}': {exc}") from exc
-                count = datatypes.element_count(shape)
-                if len(raw) != count * init_dtype.itemsize:
-                    raise ValueError(
-                        f"initial state file '{init.data_file}' holds {len(raw)} bytes, "
-                        f"expected {count * init_dtype.itemsize} for dims {shape}"
-                    )
-                initial = np.frombuffer(raw, dtype=init_dtype).reshape(shape).copy()
-            else:
-                initial = np.zeros(shape, dtype=init_dtype)
-        specs.append(StateSpec(state.input_name, state.output_name, dtype, initial))
     return specs
 
 
@@ -159,16 +116,6 @@ def build_sequence_inputs(
     for spec in controls:
         values = [_control_value(spec, job) for job in rows]
         inputs[spec.name] = _shaped(values, spec.dtype, declared.get(spec.name, [-1]), batched)
-    for index, state_spec in enumerate(state_specs_):
-        # Empty slots get zeros shaped like the real rows' state (which may have grown).
-        real = next((st[index] for job, st in zip(rows, states, strict=True) if job and st), None)
-        filler = np.zeros_like(real) if real is not None else state_spec.initial
-        per_row = [
-            st[index] if st is not None else (state_spec.initial if job else filler)
-            for job, st in zip(rows, states, strict=True)
-        ]
-        if not batched:
-            inputs[state_spec.input_name] = per_row[0]
-            continue
-        inputs[state_spec.input_name] = np.concatenate([row[np.newaxis] for row in per_row])
+    present = [job is not None for job in rows]
+    inputs.update(state_inputs(present, states, state_specs_, batched))
     return inputs
