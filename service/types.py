@@ -105,6 +105,11 @@ class InferResponse:
     # the wire; None for a response cache hit and for a decoupled model's responses (see
     # ExecutionRecord). Only a reference: the untraced path allocates nothing for it.
     timings: ExecutionResult | None = field(default=None, repr=False, compare=False)
+    # True only between the engine and a frontend: the outputs are the backend's arrays
+    # (datatypes checked), the config's reshape and any classification still to apply
+    # (core/shaping.py). The engine leaves them so only for a request the frontend checked
+    # against the version that ran it, and the frontend shapes them before anyone reads.
+    unshaped: bool = False
 
 
 @dataclass(slots=True)

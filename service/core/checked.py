@@ -9,7 +9,10 @@ request that passes crosses with a ``Checked`` mark: the version's generation, i
 size, its outputs and, for a model whose responses the engine caches, the cache key of
 small inputs (hashing is per byte); the engine, finding that same generation loaded,
 builds the job's arrays over the request's bytes without checking them again
-(``checked_job``) and looks the key up as it is.
+(``checked_job``) and looks the key up as it is. It then sends the backend's outputs
+unshaped, and the frontend reshapes and classifies them (core/shaping.py) with the version
+it checked against, whose labels the snapshot carries: the same generation is the same
+load, so the same config and label files.
 
 The engine stays the authority. A request the frontend could not check (a model it does
 not know yet, shared memory, BYTES tensors), one that failed there, or one
@@ -42,8 +45,12 @@ __all__ = ["Checked", "ModelSnapshot", "checked_job", "snapshot"]
 #: cache key or None)
 Checked = tuple[int, int, list[str] | None, bytes | None]
 
-#: name -> (the version "" resolves to, {version: (generation, serialized config, cached)})
-Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes, bool]]]]
+#: {output: its classification labels} (``ModelVersion.labels``)
+Labels = dict[str, tuple[str, ...]]
+
+#: name -> (the version "" resolves to,
+#:          {version: (generation, serialized config, cached, labels)})
+Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes, bool, Labels]]]]
 
 
 def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
@@ -61,7 +68,12 @@ def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
             continue
         latest, entries = table.setdefault(model.name, (0, {}))
         cached = cache and config.response_cache.enable
-        entries[model.version] = (model.generation, config.SerializeToString(), cached)
+        entries[model.version] = (
+            model.generation,
+            config.SerializeToString(),
+            cached,
+            model.labels,
+        )
         table[model.name] = (max(latest, model.version), entries)
     return table
 
@@ -70,10 +82,10 @@ class _Version:
     __slots__ = ("cached", "generation", "model")
 
     def __init__(
-        self, name: str, version: int, generation: int, config: bytes, cached: bool
+        self, name: str, version: int, generation: int, config: bytes, cached: bool, labels: Labels
     ) -> None:
         parsed = mc.ModelConfig.FromString(config)
-        self.model = ModelVersion(name, version, parsed)
+        self.model = ModelVersion(name, version, parsed, labels=labels)
         self.model.inputs = io_specs(list(parsed.input))
         self.model.outputs = io_specs(list(parsed.output))
         self.generation = generation
@@ -91,10 +103,10 @@ class ModelSnapshot:
         old = {(k[0], v.model.version): v for k, v in self._versions.items()}
         versions: dict[tuple[str, str], _Version] = {}
         for name, (latest, entries) in table.items():
-            for number, (generation, config, cached) in entries.items():
+            for number, (generation, config, cached, labels) in entries.items():
                 known = old.get((name, number))
                 if known is None or known.generation != generation or known.cached != cached:
-                    known = _Version(name, number, generation, config, cached)
+                    known = _Version(name, number, generation, config, cached, labels)
                 versions[(name, str(number))] = known
                 if number == latest:
                     versions[(name, "")] = known
@@ -102,6 +114,13 @@ class ModelSnapshot:
 
     def check(self, request: InferRequest) -> Checked | None:
         """Validate ``request`` here; None when the engine must (see the module's text)."""
+        mark = self.mark(request)
+        return None if mark is None else mark[0]
+
+    def mark(self, request: InferRequest) -> tuple[Checked, ModelVersion] | None:
+        """``check``, with the version checked against: the one to shape the response's
+        outputs with (core/shaping.py) should the engine run that very version, even if a
+        reload replaces it here meanwhile."""
         known = self._versions.get((request.model_name, request.model_version))
         if known is None or uses_shared_memory(request):
             return None
@@ -116,7 +135,8 @@ class ModelSnapshot:
         key = (
             small_key(model.name, model.version, job.inputs, job.outputs) if known.cached else None
         )
-        return (known.generation, job.batch_size, job.outputs if request.outputs else None, key)
+        outputs = job.outputs if request.outputs else None
+        return (known.generation, job.batch_size, outputs, key), model
 
 
 def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) -> Job:

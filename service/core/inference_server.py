@@ -31,11 +31,12 @@ from ..shm.registry import CUDA, SYSTEM
 from ..statistics import ModelStats
 from ..types import ExecutionRecord, InferRequest, InferResponse, TensorSpec
 from .checked import Checked, Snapshot, checked_job, snapshot
-from .classification import classify_outputs, requested_classes
+from .classification import requested_classes
 from .decoupled import ENABLE_EMPTY_FINAL, stream_responses
 from .index import IndexEntry
 from .lifecycle import ModelManager
 from .model import ModelVersion
+from .shaping import shape_outputs
 from .unary import (
     Answered,
     UnaryCall,
@@ -331,12 +332,18 @@ class InferenceServer:
                 if regions is not None:
                     regions.release()
 
-    async def infer(self, request: InferRequest, checked: Checked | None = None) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, checked: Checked | None = None, leave_shaping: bool = False
+    ) -> InferResponse:
         """One request, one response. A decoupled model is refused, as Triton's ModelInfer
-        refuses it: its responses need a stream. ``checked``: as for ``start_infer``."""
+        refuses it: its responses need a stream. ``checked``: as for ``start_infer``;
+        ``leave_shaping``: the response of a request checked against the version that
+        ran it is left ``unshaped`` for the frontend that checked it (core/shaping.py),
+        as ``start_infer`` leaves it (the engine passes False where it must read the
+        outputs itself: a trace records them)."""
         if not self._accepting_unary:
             self._admit_while_stopping(request)
-        return await self._infer(request, checked)
+        return await self._infer(request, checked, leave_shaping)
 
     def watch_models(self, changed: Callable[[], None]) -> None:
         """``changed`` is called whenever the loaded versions may have changed."""
@@ -354,7 +361,8 @@ class InferenceServer:
         error from a callback (core/unary.py). A refusal raises here, as ``infer`` raises
         it. None: the request needs ``infer`` itself (shared memory, the response cache,
         a sequence or ensemble scheduler). ``checked``: a frontend validated it
-        (core/checked.py); against this very version, only its job is built here."""
+        (core/checked.py); against this very version, only its job is built here, and
+        the response is left ``unshaped`` for that frontend (core/shaping.py)."""
         if not self._accepting_unary:
             self._admit_while_stopping(request)
         start = time.monotonic_ns()
@@ -366,13 +374,15 @@ class InferenceServer:
             or uses_shared_memory(request)
         ):
             return None
-        job, _ = self._job(model, request, checked)
+        job, _, marked = self._job(model, request, checked)
         try:
             future = scheduler.enqueue(job)
         except ServerError as exc:
             count_unary_failure(model, exc, start)
             raise
-        call = UnaryCall(self._inflight, model, scheduler, request, job, start, answered)
+        call = UnaryCall(
+            self._inflight, model, scheduler, request, job, start, answered, not marked
+        )
         future.add_done_callback(call.finished)
         return call
 
@@ -386,7 +396,9 @@ class InferenceServer:
             )
         return model
 
-    async def _infer(self, request: InferRequest, checked: Checked | None = None) -> InferResponse:
+    async def _infer(
+        self, request: InferRequest, checked: Checked | None = None, leave_shaping: bool = False
+    ) -> InferResponse:
         """``infer`` awaited in a task: in one process (``--frontends 0``), and in the
         engine for what ``start_infer`` leaves to it."""
         start = time.monotonic_ns()
@@ -394,20 +406,22 @@ class InferenceServer:
         with self._inflight, model.lease():
             if uses_shared_memory(request):
                 return await self._infer_shm(model, request, start)
-            job, key = self._job(model, request, checked)
-            return await self._execute(model, job, start, request, key)
+            job, key, marked = self._job(model, request, checked)
+            shape = not (leave_shaping and marked)
+            return await self._execute(model, job, start, request, key, shape)
 
     @staticmethod
     def _job(
         model: ModelVersion, request: InferRequest, checked: Checked | None
-    ) -> tuple[Job, bytes | None]:
+    ) -> tuple[Job, bytes | None, bool]:
         """The request's job, built from a frontend's mark when it was checked against
         this very version (core/checked.py) and validated here otherwise (not checked,
-        or against a version since replaced); and the response cache key the frontend
-        computed, if it did."""
+        or against a version since replaced); the response cache key the frontend
+        computed, if it did; and whether the mark was used (only then may the frontend
+        shape the outputs: it holds that very version)."""
         if checked is not None and checked[0] == model.generation:
-            return checked_job(model, request, checked), checked[3]
-        return prepare_job(model, request), None
+            return checked_job(model, request, checked), checked[3], True
+        return prepare_job(model, request), None, False
 
     async def _infer_shm(
         self, model: ModelVersion, request: InferRequest, start: int
@@ -429,18 +443,23 @@ class InferenceServer:
         start: int,
         request: InferRequest,
         key: bytes | None = None,
+        shape: bool = True,
     ) -> InferResponse:
         """A validated unary request's execution (or cached answer), counted. ``key``:
-        its response cache key, when a frontend computed it."""
+        its response cache key, when a frontend computed it; ``shape``: as for
+        ``unary.answer`` (the cache holds reshaped outputs, which shaping leaves as they
+        are, so a frontend only classifies those)."""
         try:
             if self._cache is not None and model.config.response_cache.enable:
                 response = await self._run_cached(model, job, start, request.id, key)
-                if request.outputs and (counts := requested_classes(request)):
-                    response.outputs = classify_outputs(model, response.outputs, counts)
+                if shape:
+                    response.outputs = shape_outputs(model, request, response.outputs)
+                else:
+                    response.unshaped = True
                 return response
             assert model.scheduler is not None  # guaranteed by ModelManager.get
             result = await model.scheduler.submit(job)
-            return answer(model, job, request, result, start)
+            return answer(model, job, request, result, start, shape)
         except ServerError as exc:
             count_unary_failure(model, exc, start)
             raise

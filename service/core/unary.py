@@ -19,9 +19,9 @@ from ..errors import ServerError, failure_reason
 from ..scheduling.base import Enqueuing, ExecutionResult, Job
 from ..scheduling.inflight import InFlight
 from ..types import InferRequest, InferResponse, OutputTensor
-from .classification import classify_outputs, requested_classes
 from .model import ModelVersion
-from .validation import build_outputs
+from .shaping import shape_outputs
+from .validation import typed_outputs
 
 __all__ = [
     "Answered",
@@ -37,14 +37,22 @@ Answered = Callable[[InferResponse | None, BaseException | None], None]
 
 
 def answer(
-    model: ModelVersion, job: Job, request: InferRequest, result: ExecutionResult, start: int
+    model: ModelVersion,
+    job: Job,
+    request: InferRequest,
+    result: ExecutionResult,
+    start: int,
+    shape: bool = True,
 ) -> InferResponse:
-    """The response for an executed ``job``, counted as a success."""
-    outputs = build_outputs(model, job, result.outputs)
-    if request.outputs and (counts := requested_classes(request)):
-        outputs = classify_outputs(model, outputs, counts)
+    """The response for an executed ``job``, counted as a success. Its outputs' datatypes
+    are checked here, where a mismatch is counted as the model's failure; ``shape``: False
+    leaves the reshape and classification to the frontend that checked the request
+    (core/shaping.py)."""
+    outputs = typed_outputs(model, job, result.outputs)
+    if shape:
+        outputs = shape_outputs(model, request, outputs)
     model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
-    return response_of(model, request.id, outputs, result)
+    return response_of(model, request.id, outputs, result, not shape)
 
 
 def response_of(
@@ -52,12 +60,15 @@ def response_of(
     request_id: str,
     outputs: list[OutputTensor],
     result: ExecutionResult | None,
+    unshaped: bool = False,
 ) -> InferResponse:
     """The response to send: ``result``'s parameters, if the scheduler set some (None: a
     response cache hit). It keeps the scheduler's ExecutionResult, so a trace needs no
     hook into the core."""
     parameters = dict(result.parameters) if result is not None and result.parameters else {}
-    return InferResponse(model.name, str(model.version), request_id, outputs, parameters, result)
+    return InferResponse(
+        model.name, str(model.version), request_id, outputs, parameters, result, unshaped
+    )
 
 
 def count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
@@ -89,6 +100,7 @@ class UnaryCall:
         "_model",
         "_request",
         "_scheduler",
+        "_shape",
         "_start",
     )
 
@@ -101,7 +113,9 @@ class UnaryCall:
         job: Job,
         start: int,
         answered: Answered,
+        shape: bool = True,
     ) -> None:
+        """``shape``: as for ``answer``."""
         self._inflight = inflight
         self._model = model
         self._scheduler = scheduler
@@ -109,6 +123,7 @@ class UnaryCall:
         self._job = job
         self._start = start
         self._answered = answered
+        self._shape = shape
         self._left = False
         inflight.enter()
         model.lease().__enter__()
@@ -125,7 +140,7 @@ class UnaryCall:
             error = future.exception()
             if error is not None:
                 raise error
-            response = answer(model, self._job, self._request, future.result(), start)
+            response = answer(model, self._job, self._request, future.result(), start, self._shape)
         except ServerError as exc:
             count_unary_failure(model, exc, start)
             self._answered(None, exc)

@@ -18,8 +18,9 @@ from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
 from .parameters import backend_parameters
+from .shaping import reshape_outputs
 
-__all__ = ["build_outputs", "job_of", "prepare_job"]
+__all__ = ["build_outputs", "job_of", "prepare_job", "typed_outputs"]
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -319,6 +320,14 @@ def _requested_outputs(model: ModelVersion, request: InferRequest) -> list[str]:
 
 def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> list[OutputTensor]:
     """Backend arrays -> client-visible outputs, undoing any config ``reshape``."""
+    return reshape_outputs(model, typed_outputs(model, job, results))
+
+
+def typed_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> list[OutputTensor]:
+    """The backend's arrays for ``job``'s outputs, in its shapes, checked against the
+    config's datatypes: a mismatch is the model's failure (Internal), counted by the
+    engine that ran it, so this check stays there when a frontend shapes the outputs
+    (core/shaping.py)."""
     outputs = []
     for name in job.outputs:
         spec = model.outputs[name]
@@ -334,8 +343,5 @@ def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
                     f"model '{model.name}' produced output '{name}' as {array.dtype}, but "
                     f"its config declares {spec.datatype}"
                 )
-        if spec.reshape is not None:
-            leading = (array.shape[0],) if model.batched else ()
-            array = array.reshape(leading + spec.dims)
         outputs.append(OutputTensor(name, spec.datatype, array))
     return outputs

@@ -180,7 +180,8 @@ class FrontendConnection:
                         trace.answered(response)
                     send((RESULT, rid, encode_response(response, self._responses)))
                     return
-            response = await self._core.infer(request, checked)
+            # Untraced: the frontend that checked the request shapes its outputs.
+            response = await self._core.infer(request, checked, True)
             send((RESULT, rid, encode_response(response, self._responses)))
         except asyncio.CancelledError:
             send((ERROR, rid, None))

@@ -40,6 +40,7 @@ from ..channel.slabs import DEFAULT_ARENA_BYTES, Arena, ArenaMap
 from ..core.checked import Checked, ModelSnapshot
 from ..core.index import IndexEntry
 from ..core.inference_server import ModelMetadata, ServerMetadata, VersionStats
+from ..core.shaping import shape_outputs
 from ..errors import Cancelled, Unavailable
 from ..scheduling.base import ExecutionResult
 from ..shm import CudaRegionStatus, SystemRegionStatus
@@ -216,8 +217,9 @@ class EngineClient:
         entry = _Pending()
         future = entry.future = self._loop.create_future()
         # Validated here when this frontend can (core/checked.py): the engine's loop then
-        # only builds the job.
-        rid = self._start(INFER, request, entry, self.models.check(request))
+        # only builds the job, and leaves the outputs for this frontend to shape.
+        mark = self.models.mark(request)
+        rid = self._start(INFER, request, entry, None if mark is None else mark[0])
         try:
             result: InferResponse = await future
         except asyncio.CancelledError:
@@ -228,6 +230,10 @@ class EngineClient:
             # no path back to the error (future -> exception), so no reference cycle keeps
             # a refused request (hundreds of MB, say) alive until the next cyclic GC.
             del future, entry
+        if result.unshaped:  # the engine ran the very version checked (core/shaping.py)
+            assert mark is not None
+            result.outputs = shape_outputs(mark[1], request, result.outputs)
+            result.unshaped = False
         return result
 
     async def stream_infer(

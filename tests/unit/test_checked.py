@@ -5,14 +5,13 @@ mark is the job its own validation builds, and whatever the frontend cannot vouc
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import models
 import numpy as np
 import pytest
+from engine_link import knows, linked
 
 from inference import model_config_pb2 as mc
 from service.cache import HASH_INLINE_BYTES, cache_key
@@ -21,11 +20,7 @@ from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
 from service.core.model import ModelVersion
 from service.core.validation import prepare_job
-from service.engine.channel_server import EngineServer
 from service.errors import InvalidArgument
-from service.frontend.client import EngineClient
-from service.telemetry.settings import TraceSettings
-from service.telemetry.tracing import Tracing
 from service.types import InferRequest, InputTensor, RequestedOutput
 
 _RESHAPED = """name: "reshaped"
@@ -170,18 +165,8 @@ def _config(manager: ModelManager, max_batch_size: int) -> object:
 
 
 async def test_frontends_follow_loads_and_unloads(manager: ModelManager) -> None:
-    core = InferenceServer(manager)
-    address = f"\0test-checked-{os.getpid()}-{secrets.token_hex(4)}"
-    engine = EngineServer(address, core, Tracing(TraceSettings()), None, arena_bytes=1 << 20)
-    await engine.start()
-    client = EngineClient(address, 1, arena_bytes=1 << 20)
-    await client.connect()
-    try:
-        for _ in range(200):
-            if client.models.check(_add_sub()) is not None:
-                break
-            await asyncio.sleep(0.01)
-        assert client.models.check(_add_sub()) is not None
+    async with linked(InferenceServer(manager)) as client:
+        assert await knows(client, _add_sub())
         response = await client.infer(_add_sub())
         assert [o.name for o in response.outputs] == ["OUTPUT0", "OUTPUT1"]
         await manager.unload("add_sub")
@@ -196,9 +181,6 @@ async def test_frontends_follow_loads_and_unloads(manager: ModelManager) -> None
                 inputs=[_tensor("INPUT0", np.ones((1, 4), np.float32))],
             )
         )
-    finally:
-        client.close()
-        await engine.close()
 
 
 def test_only_models_whose_schedulers_take_checked_jobs_are_in_the_snapshot() -> None:
