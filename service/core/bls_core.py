@@ -1,4 +1,5 @@
-"""What a Python model's BLS requests see of the core (``backends/python/bls.py``).
+"""What a Python model's BLS requests and model-control calls see of the core
+(``backends/python/bls.py``, ``model_control.py``).
 
 The requests of a model already executing, like an ensemble's steps: they run through the
 called model's scheduler as a client's request would, and on during a drain (the request
@@ -8,6 +9,8 @@ that makes them is in flight), so they go through the ensembles' step runner.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+
+from inference import model_config_pb2 as mc
 
 from ..errors import ServerError
 from ..scheduling.ensemble import StepRunner
@@ -34,3 +37,14 @@ class BlsCore:
 
     def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         return self._runner.stream_infer(request)
+
+    async def load_model(
+        self, name: str, override: mc.ModelConfig | None, files: dict[str, bytes] | None
+    ) -> None:
+        await self._server.load_model(name, override, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None:
+        await self._server.unload_model(name, unload_dependents)
+
+    def model_ready(self, name: str, version: str) -> bool:
+        return self._server.model_ready(name, version)

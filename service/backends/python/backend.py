@@ -41,6 +41,7 @@ from ..base import BackendRequest, InstanceSpec, ResponseSender
 from ..builtin.common import config_signature
 from .bls import serve_bls
 from .config_json import apply_completed, config_to_json
+from .model_control import serve_control
 from .protocol import WireRequest
 from .settings import RESTART_BACKOFF, Settings
 from .worker import WorkerProcess
@@ -358,6 +359,8 @@ class PythonInstance:
                     self._calls.pop(call_id, None)
         elif tag == "bls":
             serve_bls(self._worker.channel, self._worker.send, message, fd)
+        elif tag == "control":
+            serve_control(self._worker.send, message)
         elif tag == "query_cancel":
             _, query_id, call_id, index = message
             with self._lock:

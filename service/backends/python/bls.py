@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from inference import model_config_pb2 as mc
 from wire import datatypes
 
 from ...errors import ServerError
@@ -30,7 +31,7 @@ from ...types import FINAL_FLAG, InferRequest, InferResponse, InputTensor, Reque
 from .protocol import Channel
 from .triton_python_backend_utils import BlsTarget
 
-__all__ = ["Core", "install", "serve_bls"]
+__all__ = ["Core", "install", "installed_core", "serve_bls"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,20 @@ class Core(Protocol):
         """Every response of ``request``, raising ServerError for a failed one."""
         ...
 
+    async def load_model(
+        self, name: str, override: mc.ModelConfig | None, files: dict[str, bytes] | None
+    ) -> None: ...
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None: ...
+
+    def model_ready(self, name: str, version: str) -> bool: ...
+
 
 _installed: tuple[Core, asyncio.AbstractEventLoop] | None = None
+
+
+def installed_core() -> tuple[Core, asyncio.AbstractEventLoop] | None:
+    return _installed
 
 
 def install(core: Core | None, loop: asyncio.AbstractEventLoop | None = None) -> None:

@@ -7,6 +7,9 @@ scheduler (``bls.py`` on its side) and answers with ``bls_response`` messages, w
 worker's reader thread hands to the waiting call. ``exec`` blocks the calling thread only;
 ``decoupled=True`` returns an iterator whose last response is marked final, as Triton's
 ``ResponseIterator`` (python_backend r24.10).
+
+``pb_utils.load_model``, ``unload_model`` and ``is_model_ready`` are ``control`` calls on
+the same channel: the server answers each with one ``control_reply``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class BlsClient:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._waiting: dict[int, queue.Queue[Answer]] = {}
+        self._controls: dict[int, queue.Queue[tuple[Any, str | None]]] = {}
 
     def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         """Any thread of the model's: send ``request``, return its response (or an
@@ -68,6 +72,27 @@ class BlsClient:
                 os.close(packed.fd)
         iterator = ResponseIterator(answers)
         return iterator if decoupled else next(iterator)
+
+    def control(self, operation: str, *args: Any) -> Any:
+        """A model-control call (``model_control.py`` on the server's side): its result,
+        or TritonModelException with the server's text."""
+        answers: queue.Queue[tuple[Any, str | None]] = queue.Queue()
+        with self._lock:
+            call_id = next(self._ids)
+            self._controls[call_id] = answers
+        self.channel.send(("control", call_id, operation, args))
+        result, error = answers.get()
+        if error is not None:
+            raise pb_utils.TritonModelException(error)
+        return result
+
+    def deliver_control(self, message: tuple[Any, ...]) -> None:
+        """The reader thread: the answer to a ``control`` call."""
+        _, call_id, result, error = message
+        with self._lock:
+            answers = self._controls.pop(call_id, None)
+        if answers is not None:
+            answers.put((result, error))
 
     def deliver(self, message: tuple[Any, ...], fd: int | None) -> None:
         """The reader thread: one ``bls_response`` for a waiting call."""

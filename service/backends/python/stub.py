@@ -55,6 +55,7 @@ class Stub:
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="stub-reader", daemon=True).start()
+        pb_utils._set_model_control(self.bls.control)  # allowed in initialize too
         threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
         self.channel.send(("ready", os.getpid()))
         while True:
@@ -77,6 +78,8 @@ class Stub:
                 message, fd = self.channel.recv()
                 if message[0] == "bls_response":
                     self.bls.deliver(message, fd)
+                elif message[0] == "control_reply":
+                    self.bls.deliver_control(message)
                 elif message[0] == "cancel_state":
                     _, query_id, state = message
                     event, result = self.queries.pop(query_id, (None, [False]))

@@ -52,10 +52,13 @@ __all__ = [
     "get_input_tensor_by_name",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
     "numpy_to_triton_type",
     "serialize_byte_tensor",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
+    "unload_model",
     "using_decoupled_model_transaction_policy",
 ]
 
@@ -188,6 +191,44 @@ _bls_executor: BlsExecutor | None = None
 def _set_bls_executor(executor: BlsExecutor | None) -> None:
     global _bls_executor
     _bls_executor = executor
+
+
+#: The worker's model-control call: (operation, *arguments) -> result.
+_model_control: Callable[..., Any] | None = None
+
+
+def _set_model_control(call: Callable[..., Any] | None) -> None:
+    global _model_control
+    _model_control = call
+
+
+def _control(operation: str, *args: Any) -> Any:
+    if _model_control is None:
+        raise TritonModelException("model control is only available inside a model's worker")
+    return _model_control(operation, *args)
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load (or reload) ``model_name`` as a client's load request would, with an optional
+    JSON ``config`` and ``files`` ({"file:<version>/<name>": bytes}); explicit mode only.
+    Raises TritonModelException("Failed to load model: ...") as Triton's stub does."""
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file "
+            "paths and file contents"
+        )
+    _control("load", model_name, config, {str(k): bytes(v) for k, v in (files or {}).items()})
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload ``model_name`` (and, asked so, the ensembles using it); returns once the
+    unload has started, as in Triton."""
+    _control("unload", model_name, bool(unload_dependents))
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether that version ("": the latest) of ``model_name`` is ready."""
+    return bool(_control("ready", model_name, str(model_version)))
 
 
 def _bls_parameters(parameters: Any) -> str:
