@@ -23,6 +23,7 @@ from .repository import layout
 from .repository.limits import ConfigLimits
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
+from .telemetry.custom_metrics import CUSTOM_METRICS
 from .telemetry.gpu import GpuMetrics
 from .telemetry.metrics import CONTENT_TYPE, MetricsRenderer
 from .telemetry.metrics_http import MetricsEndpoint
@@ -120,7 +121,7 @@ class Runtime:
             self.models.loaded,
             cache_enabled=self.cache is not None,
             latency=metrics.latency,
-            extra=_joined([c.render for c in self._collectors]),
+            extra=_joined([*(c.render for c in self._collectors), CUSTOM_METRICS.render]),
         )
         self._metrics = MetricsEndpoint(renderer.render, CONTENT_TYPE)
         return await self._metrics.start(metrics.address, metrics.port)

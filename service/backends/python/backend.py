@@ -36,11 +36,13 @@ from ...errors import (
     Unknown,
 )
 from ...repository.completion import ModelSignature
+from ...telemetry.custom_metrics import CUSTOM_METRICS
 from ..backend_config import current
 from ..base import BackendRequest, InstanceSpec, ResponseSender
 from ..builtin.common import config_signature
 from .bls import serve_bls
 from .config_json import apply_completed, config_to_json
+from .metric_calls import serve_metric
 from .model_control import serve_control
 from .protocol import WireRequest
 from .settings import RESTART_BACKOFF, Settings
@@ -361,6 +363,8 @@ class PythonInstance:
             serve_bls(self._worker.channel, self._worker.send, message, fd)
         elif tag == "control":
             serve_control(self._worker.send, message)
+        elif tag == "metric":
+            serve_metric(self._worker, self._worker.send, message)
         elif tag == "query_cancel":
             _, query_id, call_id, index = message
             with self._lock:
@@ -372,6 +376,7 @@ class PythonInstance:
             os.close(fd)
 
     def _on_exit(self, how: str) -> None:
+        CUSTOM_METRICS.release_owner(self._worker)  # the ended worker's metric references
         with self._lock:
             self._running = False
             reason = self._end_reason or (

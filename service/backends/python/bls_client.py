@@ -14,6 +14,7 @@ the same channel: the server answers each with one ``control_reply``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -74,13 +75,27 @@ class BlsClient:
         return iterator if decoupled else next(iterator)
 
     def control(self, operation: str, *args: Any) -> Any:
-        """A model-control call (``model_control.py`` on the server's side): its result,
-        or TritonModelException with the server's text."""
+        """A model-control call (``model_control.py`` on the server's side)."""
+        return self.call("control", operation, *args)
+
+    def metric(self, operation: str, *args: Any) -> Any:
+        """A custom-metrics call (``metric_calls.py`` on the server's side)."""
+        return self.call("metric", operation, *args)
+
+    def metric_release(self, operation: str, *args: Any) -> None:
+        """A reference given back (from a collected object): nothing to wait for, and
+        nothing to do once the server is gone."""
+        with contextlib.suppress(OSError):
+            self.channel.send(("metric", 0, operation, args))
+
+    def call(self, tag: str, operation: str, *args: Any) -> Any:
+        """Send one call and wait for its ``control_reply``: the result, or
+        TritonModelException with the server's text."""
         answers: queue.Queue[tuple[Any, str | None]] = queue.Queue()
         with self._lock:
             call_id = next(self._ids)
             self._controls[call_id] = answers
-        self.channel.send(("control", call_id, operation, args))
+        self.channel.send((tag, call_id, operation, args))
         result, error = answers.get()
         if error is not None:
             raise pb_utils.TritonModelException(error)

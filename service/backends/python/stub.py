@@ -28,6 +28,7 @@ from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
 from .bls_client import BlsClient
+from .pb_metrics import set_metric_transport
 from .protocol import Channel, ChannelClosed, Packed, WireRequest
 from .stub_runtime import describe_exception, hard_exit, import_model_class, watch_parent
 
@@ -56,6 +57,7 @@ class Stub:
     def run(self) -> None:
         threading.Thread(target=self._read, name="stub-reader", daemon=True).start()
         pb_utils._set_model_control(self.bls.control)  # allowed in initialize too
+        set_metric_transport(self.bls.metric, self.bls.metric_release)
         threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
         self.channel.send(("ready", os.getpid()))
         while True:
@@ -361,6 +363,9 @@ class Stub:
 
 def main() -> None:
     fd, inline_limit, pool_bytes, smallest, growth = (int(arg) for arg in sys.argv[1:6])
+    # Triton's stub embeds its interpreter with no arguments (sys.argv == [""]): a model
+    # that runs ``unittest.main(...)`` (Triton's qa models do) must not see ours.
+    sys.argv = [""]
     os.set_inheritable(fd, False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when its models stop
     sys.modules["triton_python_backend_utils"] = pb_utils

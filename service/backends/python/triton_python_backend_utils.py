@@ -27,6 +27,7 @@ from .pb_core import (
     triton_string_to_numpy,
     triton_to_numpy_type,
 )
+from .pb_metrics import Metric, MetricFamily, MetricKind
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",
@@ -42,6 +43,9 @@ __all__ = [
     "InferenceResponse",
     "InferenceResponseSender",
     "Logger",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
     "ModelConfig",
     "PreferredMemory",
     "Tensor",
