@@ -77,6 +77,17 @@ def lookup(name: str) -> DataType | None:
     return DATATYPES.get(name)
 
 
+_BY_NUMPY = {dt.numpy: dt.name for dt in DATATYPES.values() if dt.name not in ("BF16", "BYTES")}
+
+
+def datatype_of(dtype: np.dtype[Any]) -> str | None:
+    """The datatype a numpy array is sent as (object and string arrays: BYTES; uint16
+    is UINT16, never BF16); None for a type the protocol has no name for."""
+    if dtype.kind in "OSU":
+        return "BYTES"
+    return _BY_NUMPY.get(dtype)
+
+
 def datatype_from_config(config_type_name: str) -> str:
     """``TYPE_FP32`` -> ``FP32``; Triton's config calls BYTES ``TYPE_STRING``."""
     short = config_type_name.removeprefix("TYPE_")

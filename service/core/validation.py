@@ -324,24 +324,30 @@ def build_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
 
 
 def typed_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> list[OutputTensor]:
-    """The backend's arrays for ``job``'s outputs, in its shapes, checked against the
-    config's datatypes: a mismatch is the model's failure (Internal), counted by the
-    engine that ran it, so this check stays there when a frontend shapes the outputs
-    (core/shaping.py)."""
+    """The backend's arrays for ``job``'s outputs, in its shapes and, as in Triton, its
+    datatypes: Triton's core sends what the backend produced (a Python model's FP16
+    array for an output its config declares FP32 reaches the client as FP16; checked on
+    Triton 2.51). Only an array the protocol has no datatype for is the model's failure
+    (Internal), counted by the engine that ran it, so this check stays there when a
+    frontend shapes the outputs (core/shaping.py)."""
     outputs = []
     for name in job.outputs:
         spec = model.outputs[name]
         array = results[name]
         expected = datatypes.DATATYPES[spec.datatype].numpy
+        datatype = spec.datatype
         if array.dtype != expected and not (spec.datatype == "BYTES" and array.dtype.kind in "OSU"):
             if array.size == 0:
                 # No values, so no type to disagree with (numpy types np.array([]) as
                 # float64); Triton's python backend sends such an output as it is.
                 array = np.empty(array.shape, dtype=expected)
             else:
-                raise Internal(
-                    f"model '{model.name}' produced output '{name}' as {array.dtype}, but "
-                    f"its config declares {spec.datatype}"
-                )
-        outputs.append(OutputTensor(name, spec.datatype, array))
+                produced = datatypes.datatype_of(array.dtype)
+                if produced is None:
+                    raise Internal(
+                        f"model '{model.name}' produced output '{name}' as {array.dtype}, "
+                        "which has no datatype in the inference protocol"
+                    )
+                datatype = produced
+        outputs.append(OutputTensor(name, datatype, array))
     return outputs

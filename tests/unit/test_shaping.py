@@ -246,12 +246,12 @@ async def test_cached_responses_are_classified_in_the_frontend(
     assert stats.cache_hit.count == 7  # every request but the first
 
 
-async def test_a_wrong_datatype_still_fails_in_the_engine_and_is_counted(
+async def test_an_unnamed_datatype_still_fails_in_the_engine_and_is_counted(
     manager: ModelManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The datatype check stays where the statistics are: a checked request whose model
-    answers in the wrong type fails in the engine with the same text, counted as the
-    model's failure exactly as an unchecked one."""
+    answers in a type the protocol cannot name fails in the engine with the same text,
+    counted as the model's failure exactly as an unchecked one."""
     model = manager.get("batched")
     scheduler = model.scheduler
     assert scheduler is not None
@@ -263,7 +263,7 @@ async def test_a_wrong_datatype_still_fails_in_the_engine_and_is_counted(
 
         def convert(future: asyncio.Future[ExecutionResult]) -> None:
             result = future.result()
-            outputs = {k: v.astype(np.float64) for k, v in result.outputs.items()}
+            outputs = {k: v.astype(np.complex64) for k, v in result.outputs.items()}
             widened.set_result(dataclasses.replace(result, outputs=outputs))
 
         done.add_done_callback(convert)
@@ -274,7 +274,10 @@ async def test_a_wrong_datatype_still_fails_in_the_engine_and_is_counted(
     request = _request("batched", 1, classes=2)
     mark = _frontend(manager).mark(request)
     assert mark is not None
-    text = "model 'batched' produced output 'OUTPUT0' as float64, but its config declares FP32"
+    text = (
+        "model 'batched' produced output 'OUTPUT0' as complex64, which has no datatype in "
+        "the inference protocol"
+    )
     with pytest.raises(Internal) as checked:
         await _started(core, request, mark[0])
     with pytest.raises(Internal) as unchecked:

@@ -513,12 +513,20 @@ def test_build_outputs_empty_array_takes_the_declared_dtype(plain: ModelVersion)
     assert out.datatype == "BYTES" and out.shape == (0,) and out.array.dtype == np.object_
 
 
-def test_build_outputs_wrong_dtype_is_internal(batched: ModelVersion) -> None:
+def test_build_outputs_sends_another_dtype_as_produced(batched: ModelVersion) -> None:
+    """As Triton 2.51: a Python model's FP64 array for an FP32 output goes out as FP64."""
+    job = Job(inputs={}, outputs=["OUTPUT0"], batch_size=1)
+    (out,) = build_outputs(batched, job, {"OUTPUT0": np.zeros((1, 4), np.float64)})
+    assert out.datatype == "FP64" and out.array.dtype == np.float64
+
+
+def test_build_outputs_dtype_without_a_datatype_is_internal(batched: ModelVersion) -> None:
     job = Job(inputs={}, outputs=["OUTPUT0"], batch_size=1)
     with pytest.raises(Internal) as info:
-        build_outputs(batched, job, {"OUTPUT0": np.zeros((1, 4), np.float64)})
+        build_outputs(batched, job, {"OUTPUT0": np.zeros((1, 4), np.complex64)})
     assert info.value.message == (
-        "model 'batched' produced output 'OUTPUT0' as float64, but its config declares FP32"
+        "model 'batched' produced output 'OUTPUT0' as complex64, which has no datatype in "
+        "the inference protocol"
     )
 
 
