@@ -19,6 +19,7 @@ Exception tree::
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 __all__ = [
     "AlreadyExists",
@@ -69,12 +70,19 @@ class ServerError(Exception):
         super().__init__(message)
         self.message = message
         self.failure = failure
+        # A model's own error response (a Python model's ``InferenceResponse(error=)``):
+        # Triton counts its request as a success. ``is_response`` marks one; the scheduler
+        # that delivers it fills ``answered`` with (queue ns, timings, inferences).
+        self.is_response = False
+        self.answered: tuple[int, Any, int] | None = None
 
     def with_request_id(self, request_id: str) -> ServerError:
         """Prefix the message with the request's id (where Triton does so)."""
         if not request_id or self.message.startswith("[request id: "):
             return self
-        return type(self)(f"[request id: {request_id}] {self.message}", failure=self.failure)
+        error = type(self)(f"[request id: {request_id}] {self.message}", failure=self.failure)
+        error.is_response, error.answered = self.is_response, self.answered
+        return error
 
 
 class InvalidArgument(ServerError):

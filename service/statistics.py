@@ -141,9 +141,10 @@ class ModelStats:
     observer: StatsObserver | None = field(default_factory=_new_observer, repr=False, compare=False)
 
     def record_execution(self, batch_size: int, timings: BatchTimings) -> None:
-        """One model execution of ``batch_size`` inferences (1 for unbatched models)."""
+        """One model execution of ``batch_size`` inferences (1 for unbatched models). As
+        in Triton's core, the inference count grows with each request that succeeds
+        (``record_success``), not here: a failed execution counts as an execution only."""
         self.execution_count += 1
-        self.inference_count += batch_size
         stats = self.batches.get(batch_size)
         if stats is None:
             stats = self.batches[batch_size] = BatchStats()
@@ -157,8 +158,13 @@ class ModelStats:
         d.count += 1
         d.ns += timings.end - timings.infer_end
 
-    def record_success(self, request_ns: int, queue_ns: int, timings: BatchTimings) -> None:
+    def record_success(
+        self, request_ns: int, queue_ns: int, timings: BatchTimings, inferences: int = 1
+    ) -> None:
+        """One request that succeeded, of ``inferences`` rows (its batch size, at least
+        one): Triton's UpdateSuccess, which is where the inference count grows."""
         # Once per request: plain adds, no call per counter.
+        self.inference_count += inferences
         infer = timings.infer_end - timings.input_end
         output = timings.end - timings.infer_end
         d = self.success
@@ -191,12 +197,17 @@ class ModelStats:
             self.observer.observe_request(request_ns, queue_ns, timings)
 
     def record_request_success(
-        self, request_ns: int, queue_ns: int | None = None, timings: BatchTimings | None = None
+        self,
+        request_ns: int,
+        queue_ns: int | None = None,
+        timings: BatchTimings | None = None,
+        inferences: int = 1,
     ) -> None:
         """A decoupled request whose responses all went out. Its queue and compute times
         (the ``execute`` call, as Triton backends report them) count like any request's,
         so tools that profile from these counters (perf_analyzer) work; its responses
         are counted per index by ``record_response``."""
+        self.inference_count += inferences
         self.success.add(request_ns)
         if queue_ns is not None and timings is not None:
             self.queue.add(queue_ns)

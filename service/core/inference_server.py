@@ -312,7 +312,7 @@ class InferenceServer:
             try:
                 job = prepare_job(model, request)
                 enable = request.parameters.get(ENABLE_EMPTY_FINAL, False) is True
-                outcome = _DecoupledOutcome(model, start)
+                outcome = _DecoupledOutcome(model, start, job.size)
                 classes = requested_classes(request) if request.outputs else None
                 try:
                     async for response in stream_responses(
@@ -322,7 +322,10 @@ class InferenceServer:
                             response.outputs = await regions.write_outputs(response.outputs)
                         yield response
                 except ServerError as exc:
-                    count_failure(model, exc, start)
+                    if exc.is_response:  # the model's own error response: Triton counts
+                        outcome.answered()  # its request a success (checked on 2.51)
+                    else:
+                        count_failure(model, exc, start)
                     raise
                 except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
                     model.stats.record_cancelled(time.monotonic_ns() - start)
@@ -488,7 +491,7 @@ class InferenceServer:
         cache.put(key, outputs)
         now = time.monotonic_ns()
         model.stats.record_cache_miss((looked_up - lookup) + (now - insert))
-        model.stats.record_success(now - start, result.queue_ns, result.timings)
+        model.stats.record_success(now - start, result.queue_ns, result.timings, job.size)
         return response_of(model, request_id, outputs, result)
 
     @staticmethod
@@ -507,11 +510,12 @@ class _DecoupledOutcome:
     and its execution's timings are known, whichever comes last (a model may send its
     final response from ``execute`` or long after it returned)."""
 
-    __slots__ = ("_done", "_model", "_result", "_start")
+    __slots__ = ("_done", "_inferences", "_model", "_result", "_start")
 
-    def __init__(self, model: ModelVersion, start: int) -> None:
+    def __init__(self, model: ModelVersion, start: int, inferences: int = 1) -> None:
         self._model = model
         self._start = start
+        self._inferences = inferences
         self._done = False
         self._result: ExecutionResult | None = None
 
@@ -529,7 +533,9 @@ class _DecoupledOutcome:
         result = self._result
         assert result is not None
         elapsed = time.monotonic_ns() - self._start
-        self._model.stats.record_request_success(elapsed, result.queue_ns, result.timings)
+        self._model.stats.record_request_success(
+            elapsed, result.queue_ns, result.timings, self._inferences
+        )
 
 
 class _Steps:

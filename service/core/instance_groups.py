@@ -29,9 +29,11 @@ def _supported_gpus() -> list[int]:
 
 
 def _resolve(config: mc.ModelConfig, backend_gpu: bool, gpus: Callable[[], Sequence[int]]) -> None:
-    """Fill Triton's defaults into every group and check the GPUs they name."""
+    """Fill Triton's defaults into every group and check the GPUs they name. A config
+    without groups gets one named as the model (its instances 'm_0', ...), as Triton's
+    NormalizeInstanceGroup names it; an unnamed group is 'm_<index>'."""
     if not config.instance_group:
-        config.instance_group.add()
+        config.instance_group.add(name=config.name)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"

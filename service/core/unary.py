@@ -51,7 +51,9 @@ def answer(
     outputs = typed_outputs(model, job, result.outputs)
     if shape:
         outputs = shape_outputs(model, request, outputs)
-    model.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.timings)
+    model.stats.record_success(
+        time.monotonic_ns() - start, result.queue_ns, result.timings, job.size
+    )
     return response_of(model, request.id, outputs, result, not shape)
 
 
@@ -74,6 +76,10 @@ def response_of(
 def count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
     """Count a request the model had accepted under its failure reason; one refused
     before that (full queue, sequence rules, unloading) is not a failure, as in Triton."""
+    if exc.answered is not None:  # the model's own error response: a success to Triton
+        queue_ns, timings, inferences = exc.answered
+        model.stats.record_success(time.monotonic_ns() - start, queue_ns, timings, inferences)
+        return None
     reason = failure_reason(exc)
     if reason is not None:
         model.stats.record_failure(time.monotonic_ns() - start, reason)

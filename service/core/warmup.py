@@ -223,8 +223,8 @@ def _run(
         errors = [o.message for o in outputs if isinstance(o, ServerError)]
     if not errors:
         model.stats.record_execution(total, timings)
-        for _ in jobs:
-            model.stats.record_success(timings.end - timings.start, 0, timings)
+        for job in jobs:
+            model.stats.record_success(timings.end - timings.start, 0, timings, job.size)
     return errors
 
 

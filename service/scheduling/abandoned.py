@@ -32,7 +32,7 @@ def count_abandoned(
     cancellation (the backend's outputs are not validated: nobody receives them)."""
     request_ns = now_ns - job.enqueue_ns
     if isinstance(outcome, ExecutionResult):
-        stats.record_success(request_ns, outcome.queue_ns, outcome.timings)
+        stats.record_success(request_ns, outcome.queue_ns, outcome.timings, job.size)
     else:
         backend = isinstance(outcome, Internal)
         reason = getattr(outcome, "failure", None) or ("BACKEND" if backend else "OTHER")

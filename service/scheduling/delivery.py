@@ -19,8 +19,11 @@ __all__ = ["batch_failure", "outcome_of", "settle"]
 
 
 def outcome_of(job: Job, out: JobOutputs, timings: BatchTimings) -> ExecutionResult | ServerError:
-    """One job's share of a batch: its outputs with its own queue time, or its error."""
+    """One job's share of a batch: its outputs with its own queue time, or its error (a
+    model's own error response keeps the execution, which counts it as a success)."""
     if isinstance(out, ServerError):
+        if out.is_response:
+            out.answered = (timings.start - job.enqueue_ns, timings, job.size)
         return out
     return ExecutionResult(out, timings.start - job.enqueue_ns, timings)
 

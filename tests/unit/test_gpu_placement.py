@@ -47,11 +47,16 @@ def _spec(kind: str = "KIND_CPU", device_id: int = 0) -> InstanceSpec:
 
 
 def test_defaults_filled_into_config() -> None:
+    """No group: one named as the model, as Triton 2.51 names it (its config endpoint
+    shows 'm', its instance is 'm_0'); an unnamed group is 'm_<index>'."""
     config = _config('name: "m"')
     specs = instance_specs(config, cpu_count=8, gpus=[])
-    assert specs == [InstanceSpec(name="m_0_0", kind="KIND_CPU", device_id=0, threads=8)]
+    assert specs == [InstanceSpec(name="m_0", kind="KIND_CPU", device_id=0, threads=8)]
     (group,) = config.instance_group
-    assert (group.name, group.count, group.kind) == ("m_0", 1, mc.ModelInstanceGroup.KIND_CPU)
+    assert (group.name, group.count, group.kind) == ("m", 1, mc.ModelInstanceGroup.KIND_CPU)
+    unnamed = _config('name: "m" instance_group [{ count: 2 }]')
+    names = [s.name for s in instance_specs(unnamed, cpu_count=8, gpus=[])]
+    assert names == ["m_0_0", "m_0_1"]
 
 
 def test_auto_kind_without_gpus_is_cpu() -> None:
@@ -65,8 +70,8 @@ def test_auto_kind_with_gpus_takes_every_gpu() -> None:
     config = _config('name: "m"')  # no instance_group at all: KIND_AUTO, as in Triton
     specs = instance_specs(config, cpu_count=4, gpus=[0, 1])
     assert [(s.name, s.kind, s.device_id) for s in specs] == [
-        ("m_0_0", "KIND_GPU", 0),
-        ("m_0_0", "KIND_GPU", 1),
+        ("m_0", "KIND_GPU", 0),
+        ("m_0", "KIND_GPU", 1),
     ]
     assert list(config.instance_group[0].gpus) == [0, 1]
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from executed import executed_rows
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
@@ -560,7 +561,7 @@ async def test_driver_sums_interleaved_sequences_with_backlog() -> None:
         await scheduler.stop()
     for (cid, vals), out in zip(values.items(), got, strict=True):
         assert out == np.cumsum(vals).tolist(), cid
-    assert stats.inference_count == 42
+    assert executed_rows(stats) == 42
     for execution in log:  # READY marks exactly the rows with a request (CORRID != 0)
         np.testing.assert_array_equal(
             execution["READY"][:, 0], (execution["CORRID"][:, 0] != 0).astype(np.int32)

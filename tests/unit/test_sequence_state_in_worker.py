@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from executed import executed_rows
 from google.protobuf import text_format
 from models import write_model
 from onnx import ModelProto
@@ -140,7 +141,7 @@ async def test_state_carried_through_the_worker_as_in_threads(
     for inputs, outputs, _, results, _ in sent:
         assert "INPUT_STATE" not in inputs and outputs == results == ["OUTPUT"]
     stats = served.stats  # the worker's run is the compute, as for any batch there
-    assert stats.inference_count == 42
+    assert executed_rows(stats) == 42
     assert sum(b.compute_infer.count for b in stats.batches.values()) == stats.execution_count
     assert all(b.compute_infer.ns > 0 for b in stats.batches.values())
 

@@ -40,7 +40,7 @@ def test_values_come_from_model_stats_at_render_time() -> None:
     assert _samples(renderer.render())['nv_inference_request_success{model="m",version="2"}'] == "0"
     timings = BatchTimings(start=0, input_end=1_500, infer_end=11_500, end=12_000)
     model.stats.record_execution(4, timings)
-    model.stats.record_success(20_999, 3_000, timings)
+    model.stats.record_success(20_999, 3_000, timings, 4)
     model.stats.record_failure(5_000, "BACKEND")
     model.stats.record_cancelled()
     model.scheduler = FakeScheduler(inflight=3)

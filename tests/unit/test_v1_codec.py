@@ -224,7 +224,7 @@ def test_status_from_index_configs_and_statistics() -> None:
     stats = ModelStats(wall_ms=lambda: 1234)
     timings = BatchTimings(0, 10, 30, 60)
     stats.record_execution(2, timings)
-    stats.record_success(100, 7, timings)
+    stats.record_success(100, 7, timings, 2)
     stats.record_failure(50)
     entries = [
         IndexEntry("m", "1", "READY", ""),

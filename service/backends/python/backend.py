@@ -113,12 +113,17 @@ _NO_RESCHEDULE = (
 )
 
 
-def _model_error(error: tuple[str, int] | str | None) -> ServerError | str | None:
-    """A model's error response, with its TritonError code, counted as a BACKEND failure."""
+def _model_error(error: tuple[Any, ...] | str | None) -> ServerError | str | None:
+    """A model's error response, with its TritonError code. Triton's python backend
+    reports its request as a success (checked on Triton 2.51: success 1, fail 0, no
+    BACKEND failure); were it delivered without its execution (a decoupled stream), it
+    counts as a BACKEND failure."""
     if error is None or isinstance(error, str):
         return error
-    message, code = error
-    return _ERROR_CODES.get(code, Internal)(message, failure="BACKEND")
+    message, code, *failed = error
+    answer = _ERROR_CODES.get(code, Internal)(message, failure="BACKEND")
+    answer.is_response = not failed  # the worker's own failure (execute raised) is not
+    return answer
 
 
 class PythonInstance:
@@ -376,7 +381,9 @@ class PythonInstance:
             os.close(fd)
 
     def _on_exit(self, how: str) -> None:
-        CUSTOM_METRICS.release_owner(self._worker)  # the ended worker's metric references
+        worker = getattr(self, "_worker", None)  # None: it ended while starting
+        if worker is not None:
+            CUSTOM_METRICS.release_owner(worker)  # the ended worker's metric references
         with self._lock:
             self._running = False
             reason = self._end_reason or (

@@ -35,8 +35,15 @@ from .stub_runtime import describe_exception, hard_exit, import_model_class, wat
 __all__ = ["Stub", "main"]
 
 log = logging.getLogger("python_model")
-# (request index, outputs or None, (error message, TritonError code) or None, final)
-Item = tuple[int, list[tuple[str, Any]] | None, tuple[str, int] | None, bool]
+# (request index, outputs or None, (error message, TritonError code[, failed]) or None,
+# final); ``failed``: the worker's own failure, not the model's error response.
+Item = tuple[int, list[tuple[str, Any]] | None, tuple[Any, ...] | None, bool]
+
+
+class _Failure(pb_utils.TritonError):
+    """An error this worker answers for the model (execute raised, sent nothing, sent
+    something malformed): the request failed, unlike one the model answered with an
+    error response, which Triton counts as a success."""
 
 
 class Stub:
@@ -239,9 +246,7 @@ class Stub:
     def _unanswered(self, state: dict[str, Any], emit: Any) -> None:
         if state.get("_closed"):
             return
-        error = pb_utils.InferenceResponse(
-            error=pb_utils.TritonError(f"{self.label} sent no response")
-        )
+        error = pb_utils.InferenceResponse(error=_Failure(f"{self.label} sent no response"))
         with contextlib.suppress(Exception):
             emit(error, True)
 
@@ -293,11 +298,11 @@ class Stub:
             sender._emit(response, True)
         except Exception as exc:  # e.g. an output that is not a pb_utils.Tensor
             text = f"{self.label}: {describe_exception(exc)}"
-            sender._emit(pb_utils.InferenceResponse(error=pb_utils.TritonError(text)), True)
+            sender._emit(pb_utils.InferenceResponse(error=_Failure(text)), True)
 
     def _fail_open(self, requests: list[pb_utils.InferenceRequest], text: str) -> None:
         """Every request not yet ended gets ``text``; all senders are closed after it."""
-        error = pb_utils.InferenceResponse(error=pb_utils.TritonError(text))
+        error = pb_utils.InferenceResponse(error=_Failure(text))
         for request in requests:
             sender = request.get_response_sender()
             if not sender.closed:
@@ -309,11 +314,13 @@ class Stub:
     def _emit(
         self, call_id: int, index: int, response: pb_utils.InferenceResponse | None, final: bool
     ) -> None:
-        error: tuple[str, int] | None = None
+        error: tuple[str, int] | tuple[str, int, bool] | None = None
         outputs: list[tuple[str, Any]] | None = None
         if response is not None and response.has_error():
             err = response.error()
             error = (err.message(), err.code()) if err is not None else ("unknown error", 1)
+            if isinstance(err, _Failure):  # not the model's answer: its execution failed
+                error = (*error, True)
         elif response is not None:
             outputs = []
             for tensor in response.output_tensors():
