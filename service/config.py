@@ -67,6 +67,7 @@ class ServerConfig:
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
     model_load_thread_count: int = 4  # models loading at once (Triton's default)
+    model_load_retry_count: int = 0  # times a failed version load is tried again
     cache_size_bytes: int = 0  # 0: no response cache
     max_instances_per_model: int = DEFAULT_MAX_INSTANCES  # more instances fail to load
     log: LogSettings = field(default_factory=LogSettings)
@@ -244,6 +245,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         load_models=tuple(args.load_models),
         repository_poll_secs=args.repository_poll_secs,
         model_load_thread_count=args.model_load_thread_count,
+        model_load_retry_count=args.model_load_retry_count,
         cache_size_bytes=cache_size,
         max_instances_per_model=args.max_instances_per_model,
         log=LogSettings(

@@ -53,6 +53,15 @@ def _load_threads(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _load_retries(text: str) -> int:
+    """Triton's ``ParseOption<int>``; a negative count is no retry here (Triton's
+    unsigned cast would make it about four billion)."""
+    try:
+        return max(0, parse_int(text))
+    except FlagError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -169,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_LOAD_THREADS,
         metavar="<integer>",
         help="models loading at once (each model's instances open in parallel too)",
+    )
+    add(
+        "--model-load-retry-count",
+        type=_load_retries,
+        default=0,
+        metavar="<integer>",
+        help="times a version that fails to load is tried again (Triton's; default 0)",
     )
     add(
         "--max-instances-per-model",

@@ -60,6 +60,7 @@ class Runtime:
             limits=ConfigLimits(max_instances=config.max_instances_per_model),
             isolate=isolate,
             load_threads=config.model_load_thread_count,
+            load_retries=config.model_load_retry_count,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(

@@ -73,11 +73,13 @@ class ModelManager:
         limits: ConfigLimits | None = None,
         isolate: bool = False,
         load_threads: int = DEFAULT_LOAD_THREADS,
+        load_retries: int = 0,
     ) -> None:
         self._repositories = list(repositories)
         # Versions load in these threads (--model-load-thread-count): that many models at
         # once; each model's own instances open in parallel too (loader._open_instances).
         self._loaders = ThreadPoolExecutor(max(1, load_threads), thread_name_prefix="model-load")
+        self._load_retries = load_retries
         self._limits = limits or ConfigLimits()
         self._isolate = isolate  # instances in worker processes (service/backends/isolated)
         self._mode = mode
@@ -427,6 +429,7 @@ class ModelManager:
                             directory.version_path(v),
                             self._limits,
                             self._isolate,
+                            self._load_retries,
                         ),
                     )
                     for v in versions

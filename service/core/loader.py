@@ -63,9 +63,26 @@ def load_version(
     path: Path,
     limits: ConfigLimits | None = None,
     isolate: bool = False,
+    retries: int = 0,
 ) -> ModelVersion:
     """``isolate``: instances of the backends in ``ISOLATED_BACKENDS`` run in worker
-    processes (the split layout)."""
+    processes (the split layout). ``retries`` (``--model-load-retry-count``): a version
+    that fails is loaded again up to that many times, as Triton's model lifecycle does;
+    the last attempt's reason stands."""
+    for _ in range(retries):
+        model = _load_once(base_config, version, path, limits, isolate)
+        if model.ready:
+            return model
+    return _load_once(base_config, version, path, limits, isolate)
+
+
+def _load_once(
+    base_config: mc.ModelConfig,
+    version: int,
+    path: Path,
+    limits: ConfigLimits | None,
+    isolate: bool,
+) -> ModelVersion:
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
