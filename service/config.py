@@ -82,6 +82,8 @@ class ServerConfig:
     backends: BackendConfig = field(default_factory=BackendConfig)
     model_config_name: str = ""  # --model-config-name: configs/<name>.pbtxt when present
     grpc_arguments: tuple[tuple[str, int], ...] = ()  # --grpc-keepalive-* and the like
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: tuple[tuple[str, int, int], ...] = ()  # --rate-limit-resource
     # Triton's flags given that change nothing here: one line each, logged at start.
     notes: tuple[str, ...] = ()
 
@@ -275,6 +277,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         backends=backends,
         model_config_name=args.model_config_name or "",
         grpc_arguments=triton.grpc_arguments,
+        rate_limit=triton.rate_limit,
+        rate_limit_resources=triton.rate_limit_resources,
         notes=(*triton.notes, *backends.notes(), *_trace_notes(trace)),
     )
 

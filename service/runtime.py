@@ -21,6 +21,7 @@ from .core.lifecycle import ControlMode, ModelManager
 from .core.startup_table import model_table
 from .repository import layout
 from .repository.limits import ConfigLimits
+from .scheduling.rate_limiter import RateLimiter
 from .statistics import set_observer_factory
 from .telemetry.cpu import CpuMetrics
 from .telemetry.custom_metrics import CUSTOM_METRICS
@@ -61,6 +62,7 @@ class Runtime:
             isolate=isolate,
             load_threads=config.model_load_thread_count,
             load_retries=config.model_load_retry_count,
+            limiter=RateLimiter(config.rate_limit_resources) if config.rate_limit else None,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(

@@ -208,19 +208,6 @@ INERT_FLAGS: tuple[_Inert, ...] = (
     _Inert("backend-directory", _text, "<string>", _NATIVE),
     _Inert("repoagent-directory", _text, "<string>", _NATIVE),
     _Inert("cache-directory", _text, "<string>", _NATIVE),
-    _Inert(
-        "rate-limit",
-        _choice("rate-limit", ("execution_count", "off")),
-        "<string>",
-        "no rate limiter: instances take requests as they are free",
-    ),
-    _Inert(
-        "rate-limit-resource",
-        _rate_limit_resource,
-        "<string>:<integer>:<integer>",
-        "no rate limiter",
-        repeat=True,
-    ),
     _Inert("pinned-memory-pool-byte-size", parse_int64, "<integer>", _GPU),
     _Inert(
         "cuda-memory-pool-byte-size",
@@ -291,6 +278,18 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for name, arg in GRPC_CHANNEL_FLAGS:
         kind = "<boolean>" if name.endswith("without-calls") else "<integer>"
         parser.add_argument(f"--{name}", metavar=kind, help=f"gRPC server argument {arg}")
+    parser.add_argument(
+        "--rate-limit",
+        metavar="<string>",
+        help="execution_count: instances run when their rate_limiter resources are free "
+        "(Triton's rate limiter); off (default): as they are free",
+    )
+    parser.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        metavar="<string>:<integer>:<integer>",
+        help="<name>:<count>[:<device>]: a resource's count for the rate limiter",
+    )
 
 
 @dataclass(frozen=True)
@@ -299,6 +298,8 @@ class TritonFlags:
 
     grpc_arguments: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
+    rate_limit: bool = False  # --rate-limit=execution_count
+    rate_limit_resources: tuple[tuple[str, int, int], ...] = ()  # (name, count, device|-1)
 
 
 def bad_option(name: str, reason: str) -> str:
@@ -329,4 +330,14 @@ def read(args: argparse.Namespace) -> TritonFlags:
         except FlagError as exc:
             raise FlagError(bad_option(name, str(exc))) from None
         arguments.append((arg, value))
-    return TritonFlags(tuple(arguments), tuple(notes))
+    try:
+        mode = _choice("rate-limit", ("execution_count", "off"))(args.rate_limit or "off")
+    except FlagError as exc:
+        raise FlagError(bad_option("rate-limit", str(exc))) from None
+    resources = []
+    for given in args.rate_limit_resource or ():
+        try:
+            resources.append(_rate_limit_resource(given))
+        except FlagError as exc:
+            raise FlagError(bad_option("rate-limit-resource", str(exc))) from None
+    return TritonFlags(tuple(arguments), tuple(notes), mode == "execution_count", tuple(resources))

@@ -25,6 +25,7 @@ from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea, StagingFailure
 from ..repository.version_policy import select_versions
 from ..scheduling.ensemble import StepRunner
+from ..scheduling.rate_limiter import RateLimiter
 from .dependencies import dependency_waves, with_composing
 from .index import IndexEntry, index_entries
 from .loader import load_ensemble, load_version
@@ -74,12 +75,14 @@ class ModelManager:
         isolate: bool = False,
         load_threads: int = DEFAULT_LOAD_THREADS,
         load_retries: int = 0,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._repositories = list(repositories)
         # Versions load in these threads (--model-load-thread-count): that many models at
         # once; each model's own instances open in parallel too (loader._open_instances).
         self._loaders = ThreadPoolExecutor(max(1, load_threads), thread_name_prefix="model-load")
         self._load_retries = load_retries
+        self._limiter = limiter
         self._limits = limits or ConfigLimits()
         self._isolate = isolate  # instances in worker processes (service/backends/isolated)
         self._mode = mode
@@ -430,6 +433,7 @@ class ModelManager:
                             self._limits,
                             self._isolate,
                             self._load_retries,
+                            self._limiter,
                         ),
                     )
                     for v in versions

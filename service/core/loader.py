@@ -28,6 +28,7 @@ from ..repository.limits import ConfigLimits, load_refusal
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
+from ..scheduling.rate_limiter import RateLimiter
 from .instance_groups import instance_specs
 from .labels import read_labels
 from .model import ModelState, ModelVersion, io_specs
@@ -64,16 +65,17 @@ def load_version(
     limits: ConfigLimits | None = None,
     isolate: bool = False,
     retries: int = 0,
+    limiter: RateLimiter | None = None,
 ) -> ModelVersion:
     """``isolate``: instances of the backends in ``ISOLATED_BACKENDS`` run in worker
     processes (the split layout). ``retries`` (``--model-load-retry-count``): a version
     that fails is loaded again up to that many times, as Triton's model lifecycle does;
-    the last attempt's reason stands."""
+    the last attempt's reason stands. ``limiter``: Triton's rate limiter, when on."""
     for _ in range(retries):
-        model = _load_once(base_config, version, path, limits, isolate)
+        model = _load_once(base_config, version, path, limits, isolate, limiter)
         if model.ready:
             return model
-    return _load_once(base_config, version, path, limits, isolate)
+    return _load_once(base_config, version, path, limits, isolate, limiter)
 
 
 def _load_once(
@@ -82,6 +84,7 @@ def _load_once(
     path: Path,
     limits: ConfigLimits | None,
     isolate: bool,
+    limiter: RateLimiter | None,
 ) -> ModelVersion:
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
@@ -119,11 +122,12 @@ def _load_once(
         model.inputs = io_specs(list(config.input))
         model.outputs = io_specs(list(config.output))
         warm_up(model, instances, warmup_samples(model, path.parent))
+        workers = _workers(config, instances, limiter)
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()
         return _unavailable(model, exc)
-    pool = InstancePool([InstanceWorker(instance) for instance in instances])
+    pool = InstancePool(workers)
     tensors = (*signature.inputs, *signature.outputs) if signature is not None else ()
     declared = {t.name: t.shape for t in tensors}
     try:
@@ -134,6 +138,33 @@ def _load_once(
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
     return model
+
+
+def _workers(
+    config: mc.ModelConfig,
+    instances: list[ModelInstance | RequestInstance],
+    limiter: RateLimiter | None,
+) -> list[InstanceWorker]:
+    """One worker thread per instance; with the rate limiter on, each registered with
+    its group's ``rate_limiter`` (ValueError, Triton's text, when the limits could never
+    let it run: nothing stays registered then)."""
+    if limiter is None:
+        return [InstanceWorker(instance) for instance in instances]
+    groups = {group.name: group for group in config.instance_group}
+    workers: list[InstanceWorker] = []
+    try:
+        for instance in instances:
+            group = groups[instance.spec.name.rsplit("_", 1)[0]]
+            reservation = limiter.register(
+                instance.spec.name, group.rate_limiter, instance.spec.device_id
+            )
+            workers.append(InstanceWorker(instance, limiter=limiter, reservation=reservation))
+    except ValueError as exc:
+        for worker in workers:
+            assert worker.reservation is not None
+            limiter.unregister(worker.reservation)
+        raise ValueError(f"Invalid argument: {exc}") from None  # Triton's status text
+    return workers
 
 
 def _open_instances(

@@ -30,6 +30,7 @@ from ..statistics import BatchTimings
 from .base import Job
 from .batch import Execution, JobOutputs, Steps, drive, execute_batch
 from .handoff import Mailbox, mailbox_for
+from .rate_limiter import RateLimiter, Reservation
 
 __all__ = ["SKIP", "Deliver", "InstancePool", "InstanceWorker", "Remote"]
 
@@ -63,9 +64,19 @@ def _name_os_thread(name: str) -> None:
 
 
 class InstanceWorker:
-    def __init__(self, instance: Instance, index: int = 0) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        index: int = 0,
+        limiter: RateLimiter | None = None,
+        reservation: Reservation | None = None,
+    ) -> None:
+        """``limiter``/``reservation``: with Triton's rate limiter on, each execution
+        first waits for the instance's resources and its turn (``RateLimiter.hold``)."""
         self.instance = instance
         self.index = index
+        self.limiter = limiter
+        self.reservation = reservation
         self.inbox: SimpleQueue[_Work | None] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._mailbox: Mailbox | None = None
@@ -81,10 +92,15 @@ class InstanceWorker:
     def _serve(self) -> None:
         _name_os_thread(self.instance.spec.name)
         inbox, instance = self.inbox, self.instance
+        limiter, reservation = self.limiter, self.reservation
         while (item := inbox.get()) is not None:
             work, deliver, mailbox = item
             try:
-                result, error = work(instance), None
+                if limiter is not None and reservation is not None:
+                    with limiter.hold(reservation):
+                        result, error = work(instance), None
+                else:
+                    result, error = work(instance), None
             except BaseException as exc:  # delivered to the caller, as a future would
                 result, error = None, exc
             if result is not SKIP:
@@ -127,9 +143,10 @@ class InstancePool:
         self._shared: SimpleQueue[_Work | None] | None = None
         self._started = False
         self._mailbox: Mailbox | None = None
-        #: Every instance executes in a worker process: dispatched steps run on the loop.
+        #: Every instance executes in a worker process: dispatched steps run on the loop
+        #: (not under the rate limiter, whose wait is the instance thread's).
         self.remote = bool(self.workers) and all(
-            isinstance(w.instance, Remote) for w in self.workers
+            isinstance(w.instance, Remote) and w.limiter is None for w in self.workers
         )
 
     def on_release(self, listener: Callable[[], None]) -> None:
@@ -273,3 +290,5 @@ class InstancePool:
         for worker in self.workers:
             worker.join()
             worker.instance.close()
+            if worker.limiter is not None and worker.reservation is not None:
+                worker.limiter.unregister(worker.reservation)
