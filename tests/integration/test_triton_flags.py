@@ -126,7 +126,8 @@ def test_every_tritonserver_flag(repo: Path, tmp_path: Path) -> None:
         log = server.log
     assert "--http-port has no effect here" in log
     assert "--backend-config for backend 'tensorflow' (version) has no effect here" in log
-    assert "--rate-limit-resource has no effect here" in log
+    assert "--pinned-memory-pool-byte-size has no effect here" in log
+    assert "--rate-limit-resource has no effect here" not in log  # the rate limiter is real
     assert "'--strict-model-config' has been deprecated" in log
 
 
