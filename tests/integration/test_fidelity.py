@@ -266,18 +266,26 @@ def _failures(server: ServerProcess, model: str) -> dict[str, int]:
 
 
 def test_failure_metric_has_triton_reasons(server: ServerProcess) -> None:
-    """Every failure lands in exactly one reason: a model that fails a request is BACKEND;
-    a request refused before the model saw it (bad input) is no failure at all."""
+    """Every failure lands in exactly one reason: a model whose execute fails a request is
+    BACKEND; a request refused before the model saw it (bad input) is no failure at all;
+    a model's own error response is a success, as Triton 2.51 counts it (decision 038)."""
     before = _failures(server, "faulty")
     assert set(before) == {"REJECTED", "CANCELED", "BACKEND", "OTHER"}
-    mode = grpcclient.InferInput("MODE", [1, 1], "INT32")
-    mode.set_data_from_numpy(np.array([[2]], dtype=np.int32))
-    bad = grpcclient.InferInput("MODE", [1, 1], "FP32")
-    bad.set_data_from_numpy(np.array([[2]], dtype=np.float32))
+
+    def mode(value: int, dtype: type = np.int32) -> grpcclient.InferInput:
+        tensor = grpcclient.InferInput("MODE", [1, 1], "INT32" if dtype is np.int32 else "FP32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=dtype))
+        return tensor
+
     with grpcclient.InferenceServerClient(server.url) as client:
-        expect_error(lambda: client.infer("faulty", [mode]), "INTERNAL", "MODE 2 is refused")
-        expect_error(lambda: client.infer("faulty", [bad]), "INVALID_ARGUMENT")
-        fail = client.get_inference_statistics("faulty").model_stats[0].inference_stats.fail
+        successes = client.get_inference_statistics("faulty").model_stats[0].inference_stats
+        before_success = successes.success.count
+        expect_error(lambda: client.infer("faulty", [mode(1)]), "INTERNAL", contains=["MODE 1"])
+        expect_error(lambda: client.infer("faulty", [mode(2)]), "INTERNAL", "MODE 2 is refused")
+        expect_error(lambda: client.infer("faulty", [mode(2, np.float32)]), "INVALID_ARGUMENT")
+        stats = client.get_inference_statistics("faulty").model_stats[0].inference_stats
+        fail = stats.fail
+        assert stats.success.count == before_success + 1  # the error response
     after = _failures(server, "faulty")
     assert {r: after[r] - before[r] for r in after} == {
         "REJECTED": 0,

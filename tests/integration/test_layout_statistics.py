@@ -44,10 +44,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(error=pb_utils.TritonError("this model always fails"))
-            for _ in requests
-        ]
+        # Raised, not answered: Triton counts a model's error response as a success.
+        raise pb_utils.TritonModelException("this model always fails")
 """
 
 

@@ -234,3 +234,29 @@ def test_a_model_using_dlpack_runs_in_a_worker(tmp_path: Path) -> None:
         np.testing.assert_array_equal(second.only.outputs["Y"], large * 2)
     finally:
         instance.close()
+
+
+# --------------------------------------------------------------------------- BF16
+
+
+def test_bf16_tensor_is_bfloat16_in_numpy_and_bfloat16_in_dlpack() -> None:
+    """BF16 is ml_dtypes.bfloat16 for as_numpy; its DLPack capsule says bfloat16 (code
+    4), as Triton's do for torch; it travels as uint16 patterns; and a bfloat16 capsule
+    comes back in as BF16."""
+    import ml_dtypes
+
+    from service.backends.python import dlpack as dl
+    from service.backends.python.pb_core import BF16, Tensor
+
+    values = np.array([1.0, -2.5, 0.15625, 65536.0], dtype=ml_dtypes.bfloat16)
+    tensor = Tensor("X", values)
+    assert tensor.triton_dtype() == BF16 and tensor.as_numpy().dtype == values.dtype
+    assert tensor.host_array().dtype == np.uint16
+    np.testing.assert_array_equal(tensor.host_array(), values.view(np.uint16))
+    from_bits = Tensor("X", values.view(np.uint16), BF16)  # how the worker gets an input
+    np.testing.assert_array_equal(from_bits.as_numpy(), values)
+    capsule = tensor.to_dlpack()
+    assert dl._dl_tensor(capsule).dtype.code == dl.BFLOAT
+    back = Tensor.from_dlpack("Y", capsule)
+    assert back.triton_dtype() == BF16
+    np.testing.assert_array_equal(back.as_numpy(), values)

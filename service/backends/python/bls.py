@@ -85,7 +85,9 @@ def _datatype(array: np.ndarray) -> str:
     return _NUMPY_DATATYPES.get(array.dtype, str(array.dtype))
 
 
-def _request(target: BlsTarget, tensors: list[tuple[str, np.ndarray]]) -> InferRequest:
+def _request(
+    target: BlsTarget, tensors: list[tuple[str, np.ndarray]], bf16: set[str]
+) -> InferRequest:
     """The core's request for a BLS request: its flags, correlation ID and timeout become
     the parameters a client would send for them."""
     parameters: dict[str, Any] = json.loads(target.parameters or "{}")
@@ -98,7 +100,12 @@ def _request(target: BlsTarget, tensors: list[tuple[str, np.ndarray]]) -> InferR
     if target.timeout:
         parameters["timeout"] = target.timeout
     inputs = [
-        InputTensor(name, _datatype(array), tuple(array.shape), contents=array.reshape(-1))
+        InputTensor(
+            name,
+            "BF16" if name in bf16 else _datatype(array),
+            tuple(array.shape),
+            contents=array.reshape(-1),
+        )
         for name, array in tensors
     ]
     version = "" if target.model_version < 0 else str(target.model_version)
@@ -114,14 +121,14 @@ def _request(target: BlsTarget, tensors: list[tuple[str, np.ndarray]]) -> InferR
 
 def serve_bls(channel: Channel, reply: Reply, message: tuple[Any, ...], fd: int | None) -> None:
     """A worker's reader thread: start the BLS request in ``message`` on the core's loop."""
-    _, bls_id, decoupled, target, refs, region = message
+    _, bls_id, decoupled, target, refs, region, bf16 = message
     (tensors,) = channel.unpack([refs], region, fd)
     installed = _installed
     if installed is None:
         _answer(channel, reply, bls_id, None, "BLS is not available in this process", True)
         return
     core, loop = installed
-    request = _request(target, tensors)
+    request = _request(target, tensors, set(bf16))
     del tensors
     asyncio.run_coroutine_threadsafe(
         _run(core, channel, reply, bls_id, bool(decoupled), request), loop
@@ -185,13 +192,16 @@ def _answer(
     error: str | None,
     final: bool,
 ) -> None:
-    named = [(o.name, o.array) for o in response.outputs] if response is not None else []
+    outputs = response.outputs if response is not None else []
+    named = [(o.name, o.array) for o in outputs]
+    bf16 = [o.name for o in outputs if o.datatype == "BF16"]
     try:
         packed = channel.pack([named])
     except Exception as exc:  # e.g. no memory for the shared region
         packed, error = channel.pack([[]]), f"could not pass the BLS response: {exc}"
     try:
-        reply(("bls_response", bls_id, packed.refs[0], packed.region, error, final), packed.fd)
+        message = ("bls_response", bls_id, packed.refs[0], packed.region, error, final, bf16)
+        reply(message, packed.fd)
     except OSError:
         pass  # the worker is gone; nobody waits for this answer
     finally:

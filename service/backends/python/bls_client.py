@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
+from .pb_core import BF16
 from .protocol import Channel
 
 __all__ = ["BlsClient", "ResponseIterator"]
@@ -60,13 +61,15 @@ class BlsClient:
         """Any thread of the model's: send ``request``, return its response (or an
         iterator over them). Inputs are read here, so the caller may reuse its arrays."""
         target = request._bls_target()
-        packed = self.channel.pack([[(t.name(), t.as_numpy()) for t in request.inputs()]])
+        inputs = request.inputs()
+        packed = self.channel.pack([[(t.name(), t.host_array()) for t in inputs]])
+        bf16 = [t.name() for t in inputs if t.triton_dtype() == BF16]
         answers: queue.Queue[Answer] = queue.Queue()
         with self._lock:
             bls_id = next(self._ids)
             self._waiting[bls_id] = answers
         try:
-            message = ("bls", bls_id, decoupled, target, packed.refs[0], packed.region)
+            message = ("bls", bls_id, decoupled, target, packed.refs[0], packed.region, bf16)
             self.channel.send(message, packed.fd)
         finally:
             if packed.fd is not None:
@@ -111,10 +114,13 @@ class BlsClient:
 
     def deliver(self, message: tuple[Any, ...], fd: int | None) -> None:
         """The reader thread: one ``bls_response`` for a waiting call."""
-        _, bls_id, refs, region, error, final = message
+        _, bls_id, refs, region, error, final, bf16 = message
         (tensors,) = self.channel.unpack([refs or []], region, fd)
         response = pb_utils.InferenceResponse(
-            [pb_utils.Tensor(name, array) for name, array in tensors],
+            [
+                pb_utils.Tensor(name, array, BF16 if name in bf16 else None)
+                for name, array in tensors
+            ],
             error=pb_utils.TritonError(error) if error is not None else None,
         )
         with self._lock:

@@ -31,6 +31,14 @@ __all__ = [
 
 
 CPU, CUDA, CUDA_HOST = 1, 2, 3  # DLDeviceType values
+UINT, BFLOAT = 1, 4  # DLDataTypeCode values
+
+try:  # numpy has no bfloat16; ml_dtypes gives it one (what as_numpy() returns for BF16)
+    import ml_dtypes
+
+    BFLOAT16: np.dtype[Any] | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    BFLOAT16 = None
 
 
 class DLPackError(Exception):
@@ -69,12 +77,26 @@ def _is_capsule(obj: object) -> bool:
     return type(obj).__name__ == "PyCapsule"
 
 
-def capsule_device(capsule: object) -> tuple[int, int]:
-    """(device type, device id) of an unconsumed legacy ``dltensor`` capsule."""
+def _dl_tensor(capsule: object) -> _Tensor:
+    """The DLTensor an unconsumed legacy ``dltensor`` capsule points at (DLManagedTensor
+    starts with it)."""
     if not _is_valid(capsule, b"dltensor"):
         raise DLPackError("the DLPack capsule was already consumed or is not a 'dltensor'")
-    # DLManagedTensor starts with its DLTensor.
-    tensor = _Tensor.from_address(_get_pointer(capsule, b"dltensor"))
+    return _Tensor.from_address(_get_pointer(capsule, b"dltensor"))
+
+
+def bfloat16_capsule(bits: Array) -> object:
+    """A capsule of BF16 elements over ``bits`` (uint16 patterns): numpy exports them as
+    unsigned integers, then the element type is marked bfloat16, as Triton's own BF16
+    tensors arrive in torch (``torch.from_dlpack`` gives torch.bfloat16)."""
+    capsule = bits.view(np.uint16).__dlpack__()
+    _dl_tensor(capsule).dtype.code = BFLOAT
+    return capsule
+
+
+def capsule_device(capsule: object) -> tuple[int, int]:
+    """(device type, device id) of an unconsumed legacy ``dltensor`` capsule."""
+    tensor = _dl_tensor(capsule)
     return int(tensor.device.device_type), int(tensor.device.device_id)
 
 
@@ -111,6 +133,8 @@ class DeviceTensor:
             dtype: np.dtype[Any] = np.dtype(self.tensor.dtype)
             return dtype
         name = str(self.tensor.dtype).removeprefix("torch.")
+        if name == "bfloat16" and BFLOAT16 is not None:
+            return BFLOAT16
         return np.dtype({"bool": "bool", "bfloat16": "uint16"}.get(name, name))
 
     def to_host(self) -> Array:
@@ -165,6 +189,14 @@ def import_dlpack(obj: object) -> Array | DeviceTensor:
         return _gpu_import(source, device[1])
     if device[0] not in (CPU, CUDA_HOST):
         raise DLPackError(f"DLDevice type {device[0]} is not support by Python backend.")
+    bfloat16 = False
+    if BFLOAT16 is not None:  # numpy refuses bfloat16 capsules: take them as uint16 bits
+        capsule = source.__dlpack__()
+        tensor = _dl_tensor(capsule)
+        if tensor.dtype.code == BFLOAT and tensor.dtype.bits == 16:
+            tensor.dtype.code = UINT
+            bfloat16 = True
+        source = _Capsule(capsule, device)
     try:
         array: Array = np.from_dlpack(source)
     except (BufferError, TypeError, RuntimeError) as exc:
@@ -174,4 +206,4 @@ def import_dlpack(obj: object) -> Array | DeviceTensor:
             "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored "
             "in C-Order are supported."
         )
-    return array
+    return array.view(BFLOAT16) if bfloat16 and BFLOAT16 is not None else array

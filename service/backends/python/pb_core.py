@@ -40,6 +40,9 @@ _CODE_TO_NUMPY: dict[int, type[Any]] = {
     12: np.float64,
     13: np.object_,
 }
+BF16 = 14  # TRITONSERVER_TYPE_BF16: ml_dtypes.bfloat16 arrays, uint16 patterns on the wire
+if dlpack.BFLOAT16 is not None:
+    _CODE_TO_NUMPY[BF16] = dlpack.BFLOAT16.type
 _NUMPY_TO_CODE = {np.dtype(t): code for code, t in _CODE_TO_NUMPY.items()}
 
 TRITON_STRING_TO_NUMPY: dict[str, type[Any]] = {
@@ -57,6 +60,8 @@ TRITON_STRING_TO_NUMPY: dict[str, type[Any]] = {
     "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
+if dlpack.BFLOAT16 is not None:
+    TRITON_STRING_TO_NUMPY["TYPE_BF16"] = dlpack.BFLOAT16.type
 
 
 def triton_to_numpy_type(data_type: int) -> type[Any] | None:
@@ -182,6 +187,8 @@ class Tensor:
         array = self._array
         if not array.flags.writeable:
             array = array.copy()  # legacy DLPack cannot mark memory read-only
+        if self._dtype == BF16:
+            return dlpack.bfloat16_capsule(array)
         return array.__dlpack__()
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
@@ -214,9 +221,11 @@ class Tensor:
         return Tensor(name, imported)
 
     def host_array(self) -> Array:
-        """The data in host memory: the array itself, or one copy from the GPU (what the
-        worker sends back to the server)."""
-        return self._device.to_host() if self._device is not None else self._array
+        """The data in host memory as it travels to the server: the array itself (BF16 as
+        its uint16 patterns), or one copy from the GPU."""
+        if self._device is not None:
+            return self._device.to_host()
+        return self._array.view(np.uint16) if self._dtype == BF16 else self._array
 
 
 def _dtype_code(name: str, dtype: np.dtype[Any]) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
 from .bls_client import BlsClient
+from .pb_core import BF16
 from .pb_metrics import set_metric_transport
 from .protocol import Channel, ChannelClosed, Packed, WireRequest
 from .stub_runtime import describe_exception, hard_exit, import_model_class, watch_parent
@@ -60,6 +61,7 @@ class Stub:
         self.batch_lock = threading.Lock()
         self.batches: dict[int, list[Item]] = {}
         self.bls = BlsClient(channel)
+        self.bf16_inputs: set[str | None] = set()
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="stub-reader", daemon=True).start()
@@ -132,6 +134,9 @@ class Stub:
         return ("loaded", completed)
 
     def _initialize(self, args: dict[str, str]) -> tuple[Any, ...]:
+        # BF16 inputs arrive as their uint16 patterns: the config says which they are.
+        inputs = json.loads(args.get("model_config") or "{}").get("input", [])
+        self.bf16_inputs = {i.get("name") for i in inputs if i.get("data_type") == "TYPE_BF16"}
         self.model = self.model_class()
         initialize = getattr(self.model, "initialize", None)
         if initialize is not None:
@@ -231,7 +236,10 @@ class Stub:
                 sender._unanswered = finalizer  # type: ignore[attr-defined]
             requests.append(
                 pb_utils.InferenceRequest(
-                    inputs=[pb_utils.Tensor(name, array) for name, array in tensors],
+                    inputs=[
+                        pb_utils.Tensor(name, array, BF16 if name in self.bf16_inputs else None)
+                        for name, array in tensors
+                    ],
                     request_id=item.request_id,
                     correlation_id=item.correlation_id,
                     requested_output_names=item.requested_outputs,
