@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import wire
@@ -24,15 +25,18 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding '
 _WIRE_ROOT = str(Path(wire.__file__).resolve().parents[1])  # the folder holding 'wire'
 
 
-def spawn_worker(module: str, *args: str) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    """Start ``python -m module FD *args``; returns the process and the server's end."""
+def spawn_worker(
+    module: str, *args: str, python: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start ``python -m module FD *args``; returns the process and the server's end.
+    ``python``: the command that runs another interpreter (a model's own environment)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     env = dict(os.environ)
     paths = (_PACKAGE_ROOT, _WIRE_ROOT, env.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, str(theirs.fileno()), *args],
+            [*(python or [sys.executable]), "-m", module, str(theirs.fileno()), *args],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,

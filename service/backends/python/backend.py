@@ -42,6 +42,7 @@ from ..base import BackendRequest, InstanceSpec, ResponseSender
 from ..builtin.common import config_signature
 from .bls import serve_bls
 from .config_json import apply_completed, config_to_json
+from .execution_env import execution_env, launcher
 from .metric_calls import serve_metric
 from .model_control import serve_control
 from .protocol import WireRequest
@@ -149,6 +150,7 @@ class PythonInstance:
         self._running = False  # the current worker is up; cleared (under _lock) when it ends
         self._retry_at = 0.0
         self._config = config
+        self._env = execution_env(config, model_file.parent.parent)
         self._worker = self._start(
             config, complete=current().auto_complete, initialize=not defer_initialize
         )
@@ -168,6 +170,7 @@ class PythonInstance:
             settings.inline_limit,
             settings.pool_bytes,
             (settings.smallest_region, settings.region_growth),
+            launcher(self._env) if self._env is not None else (),
         )
         timeout = settings.initialize_timeout
         start = timeout if settings.start_timeout is None else settings.start_timeout

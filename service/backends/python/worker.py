@@ -15,7 +15,7 @@ import queue
 import select
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..spawn import describe_exit, spawn_worker
@@ -44,6 +44,7 @@ class WorkerProcess:
         inline_limit: int,
         pool_bytes: int,
         regions: tuple[int, int] = (MIN_REGION, 0),
+        python: Sequence[str] = (),
     ) -> None:
         """``regions``: the smallest shared-memory region and the growth step (0: powers
         of two), in both directions."""
@@ -56,6 +57,7 @@ class WorkerProcess:
             str(inline_limit),
             str(pool_bytes),
             *(str(r) for r in regions),
+            python=python,
         )
         self.pid = self.process.pid
         self.channel = Channel(ours, inline_limit, pool_bytes, *regions)
