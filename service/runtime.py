@@ -81,7 +81,8 @@ class Runtime:
     async def start_models(self) -> bool:
         """Load what the control mode says; False (logged) when the start must fail."""
         # Python models' BLS requests run on this loop, from their first execute.
-        bls.install(BlsCore(self.core, self.steps), asyncio.get_running_loop())
+        core = BlsCore(self.core, self.core.step_runner, self.tracing)
+        bls.install(core, asyncio.get_running_loop())
         try:
             await self.models.start()
         except ValueError as exc:

@@ -6,6 +6,7 @@ touches a protobuf inference message.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,12 @@ class InputTensor:
 class RequestedOutput:
     name: str
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
+
+
+#: The OpenTelemetry context (JSON of its propagation fields) of the traced request being
+#: run in this task, "" when none: jobs take it (``validation.job_of``), so that a Python
+#: model's BLS requests made with ``trace=request.trace()`` nest under it.
+TRACE_CONTEXT: ContextVar[str] = ContextVar("trace_context", default="")
 
 
 @dataclass(slots=True)

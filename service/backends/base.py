@@ -144,6 +144,7 @@ class BackendRequest:
     parameters: dict[str, bool | int | float | str] = field(default_factory=dict)
     correlation_id: int | str | None = None
     timeout_us: int = 0  # the request's own "timeout" parameter (0: none given)
+    trace_context: str = ""  # a traced request's OpenTelemetry context, for BLS children
     sequence_start: bool = False
     sequence_end: bool = False
     # The scheduler may run this request again (``sequence_batching { iterative_sequence:

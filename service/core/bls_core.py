@@ -14,6 +14,8 @@ from inference import model_config_pb2 as mc
 
 from ..errors import ServerError
 from ..scheduling.ensemble import StepRunner
+from ..telemetry.spans import bls_trace
+from ..telemetry.tracing import Tracing
 from ..types import InferRequest, InferResponse
 from .inference_server import InferenceServer
 
@@ -21,9 +23,10 @@ __all__ = ["BlsCore"]
 
 
 class BlsCore:
-    def __init__(self, server: InferenceServer, runner: StepRunner) -> None:
+    def __init__(self, server: InferenceServer, runner: StepRunner, tracing: Tracing) -> None:
         self._server = server
         self._runner = runner
+        self._tracing = tracing
 
     def decoupled(self, name: str, version: str) -> bool | None:
         """Whether the ready version is decoupled; None when none is ready."""
@@ -35,8 +38,20 @@ class BlsCore:
             return None
         return config.model_transaction_policy.decoupled
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        return self._runner.stream_infer(request)
+    async def stream_infer(
+        self, request: InferRequest, trace_context: str = ""
+    ) -> AsyncIterator[InferResponse]:
+        """The request's responses; a span of its own under the traced request whose
+        ``request.trace()`` the model passed (Triton's child trace)."""
+        traced = bls_trace(self._tracing, request, trace_context)
+        if traced is None:
+            async for response in self._runner.stream_infer(request):
+                yield response
+            return
+        with traced:
+            async for response in self._runner.stream_infer(request, traced.record):
+                traced.sent(response)
+                yield response
 
     async def load_model(
         self, name: str, override: mc.ModelConfig | None, files: dict[str, bytes] | None

@@ -13,7 +13,7 @@ from wire import datatypes
 
 from ..errors import Internal, InvalidArgument, request_prefix
 from ..scheduling.base import Array, Job
-from ..types import InferRequest, InputTensor, OutputTensor, ParameterValue
+from ..types import TRACE_CONTEXT, InferRequest, InputTensor, OutputTensor, ParameterValue
 from .classification import check_classification
 from .input_order import unordered_order
 from .model import IOSpec, ModelVersion
@@ -68,8 +68,10 @@ def job_of(
     (priority, timeout, sequence fields; Triton's texts when one is malformed) and those
     that reach the backend (``parameters``, parsed here when not given)."""
     if not request.parameters:  # the common case: every parameter at its default
-        return Job(inputs, outputs, batch_size, request.id)
-    return Job(
+        job = Job(inputs, outputs, batch_size, request.id)
+        job.trace_context = TRACE_CONTEXT.get()
+        return job
+    job = Job(
         inputs,
         outputs,
         batch_size,
@@ -81,6 +83,8 @@ def job_of(
         sequence_end=_flag(model, request, "sequence_end"),
         parameters=backend_parameters(request.parameters) if parameters is None else parameters,
     )
+    job.trace_context = TRACE_CONTEXT.get()
+    return job
 
 
 def _correlation_id(model: ModelVersion, request: InferRequest) -> int | str | None:

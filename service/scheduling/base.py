@@ -32,6 +32,7 @@ class Job:
     sequence_end: bool = False
     parameters: dict[str, Any] = field(default_factory=dict)  # for request backends
     sink: StreamSender | None = field(default=None, repr=False)  # decoupled models only
+    trace_context: str = field(default="", repr=False)  # a traced request's (InferRequest)
     # Iterative sequences: the model may release it with RESCHEDULE (it started its
     # sequence), and did so in the execution that just ran (it runs again).
     reschedulable: bool = False

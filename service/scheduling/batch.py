@@ -153,6 +153,7 @@ def _execute_requests(
             parameters=dict(job.parameters),
             correlation_id=job.correlation_id,
             timeout_us=job.timeout_us,
+            trace_context=job.trace_context,
             sequence_start=job.sequence_start,
             sequence_end=job.sequence_end,
             reschedulable=job.reschedulable,

@@ -13,6 +13,7 @@ request span, which ends after the final response and once ``execute`` has retur
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextvars import Token
@@ -27,11 +28,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..errors import ServerError
 from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
-from ..types import FINAL_FLAG, ExecutionRecord, InferRequest, InferResponse
+from ..types import FINAL_FLAG, TRACE_CONTEXT, ExecutionRecord, InferRequest, InferResponse
 from .tracing import Tracing
 from .triton_trace import TritonTrace
 
-__all__ = ["RequestTrace", "TracingStepRunner", "begin_request"]
+__all__ = ["RequestTrace", "TracingStepRunner", "begin_request", "bls_trace", "context_of"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _PARTS = ("compute_input", "compute_infer", "compute_output")
@@ -58,9 +59,11 @@ class RequestTrace:
         self.record = ExecutionRecord()
         self._sent = 0
         self._token: Token[otel_context.Context] | None = None
+        self._context_token: Token[str] | None = None
 
     def __enter__(self) -> RequestTrace:
         self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        self._context_token = TRACE_CONTEXT.set(context_of(self.span))  # for BLS children
         return self
 
     def __exit__(
@@ -69,7 +72,8 @@ class RequestTrace:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._token is not None
+        assert self._token is not None and self._context_token is not None
+        TRACE_CONTEXT.reset(self._context_token)
         otel_context.detach(self._token)
         if error is not None:
             message = error.message if isinstance(error, ServerError) else type(error).__name__
@@ -109,6 +113,30 @@ class RequestTrace:
                 name, context=parent, kind=SpanKind.INTERNAL, start_time=start + self._offset
             )
             child.end(end_time=end + self._offset)
+
+
+def context_of(span: trace.Span) -> str:
+    """A span's OpenTelemetry context as the JSON of its propagation fields: what a Python
+    model's ``request.trace().get_context()`` returns, and its BLS requests' parent."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    return json.dumps(carrier)
+
+
+def bls_trace(tracing: Tracing, request: InferRequest, context: str) -> RequestTrace | None:
+    """The span of a BLS request made with ``trace=request.trace()`` of a traced request:
+    a child of that request's span (None: tracing off, or no usable context)."""
+    if tracing.tracer is None or not context:
+        return None
+    try:
+        carrier = json.loads(context)
+    except ValueError:
+        return None
+    if not isinstance(carrier, dict):
+        return None
+    parent = _PROPAGATOR.extract({str(k): str(v) for k, v in carrier.items()})
+    attributes = _attributes("BLS", request.model_name, request.model_version, request.id)
+    return RequestTrace(tracing.tracer, "bls", attributes, parent, kind=SpanKind.INTERNAL)
 
 
 def _attributes(rpc: str, model: str, version: str, request_id: str) -> dict[str, Any]:

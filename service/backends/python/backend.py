@@ -419,6 +419,7 @@ def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
         # Compact and unescaped, as Triton's python backend writes it (rapidjson).
         parameters=json.dumps(request.parameters, separators=(",", ":"), ensure_ascii=False),
         timeout=request.timeout_us,
+        trace=request.trace_context,
     )
 
 

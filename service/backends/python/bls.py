@@ -45,8 +45,11 @@ class Core(Protocol):
         """Whether the ready version is decoupled; None when no such version is ready."""
         ...
 
-    def stream_infer(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """Every response of ``request``, raising ServerError for a failed one."""
+    def stream_infer(
+        self, request: InferRequest, trace_context: str = ""
+    ) -> AsyncIterator[InferResponse]:
+        """Every response of ``request``, raising ServerError for a failed one; traced as
+        a child of ``trace_context`` when it is a traced request's."""
         ...
 
     async def load_model(
@@ -131,12 +134,18 @@ def serve_bls(channel: Channel, reply: Reply, message: tuple[Any, ...], fd: int 
     request = _request(target, tensors, set(bf16))
     del tensors
     asyncio.run_coroutine_threadsafe(
-        _run(core, channel, reply, bls_id, bool(decoupled), request), loop
+        _run(core, channel, reply, bls_id, bool(decoupled), request, target.trace_context), loop
     )
 
 
 async def _run(
-    core: Core, channel: Channel, reply: Reply, bls_id: int, decoupled: bool, request: InferRequest
+    core: Core,
+    channel: Channel,
+    reply: Reply,
+    bls_id: int,
+    decoupled: bool,
+    request: InferRequest,
+    trace_context: str,
 ) -> None:
     name = request.model_name
     refused = f"Model {name} - Error when running inference: "
@@ -164,7 +173,7 @@ async def _run(
     try:
         # Read to the stream's end even after the final response: leaving it early
         # would count the request as cancelled.
-        async for response in core.stream_infer(request):
+        async for response in core.stream_infer(request, trace_context):
             answered = True
             if not ended:
                 ended = not target_decoupled or response.parameters.get(FINAL_FLAG) is True

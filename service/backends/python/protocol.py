@@ -65,6 +65,7 @@ class WireRequest(NamedTuple):
     requested_outputs: list[str]
     parameters: str  # JSON, as pb_utils.InferenceRequest.parameters() returns it
     timeout: int  # microseconds, as pb_utils.InferenceRequest.timeout() returns it
+    trace: str  # the request's trace context ("" untraced): request.trace().get_context()
 
 
 class Packed(NamedTuple):

@@ -246,6 +246,7 @@ class Stub:
                     flags=item.flags,
                     parameters=item.parameters,
                     timeout=item.timeout,
+                    trace=pb_utils.InferenceTrace(item.trace),
                     sender=sender,
                 )
             )

@@ -42,6 +42,7 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InferenceResponseSender",
+    "InferenceTrace",
     "Logger",
     "Metric",
     "MetricFamily",
@@ -254,6 +255,18 @@ def _bls_parameters(parameters: Any) -> str:
     return json.dumps(values)
 
 
+class InferenceTrace:
+    """A request's trace, to pass to the BLS requests it makes (``InferenceRequest(...,
+    trace=request.trace())``) so that they are traced as its children, as in Triton."""
+
+    def __init__(self, context: str = "") -> None:
+        self._context = context
+
+    def get_context(self) -> str | None:
+        """The OpenTelemetry context (JSON of its propagation fields), or None."""
+        return self._context or None
+
+
 class BlsTarget(NamedTuple):
     """What the worker sends for a BLS request besides its tensors (``bls_target``)."""
 
@@ -265,6 +278,7 @@ class BlsTarget(NamedTuple):
     timeout: int
     parameters: str
     requested_outputs: list[str]
+    trace_context: str
 
 
 class InferenceRequest:
@@ -299,7 +313,7 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._preferred_memory = preferred_memory or PreferredMemory()
-        self._trace = trace
+        self._trace = trace if isinstance(trace, InferenceTrace) else InferenceTrace()
         self._parameters = _bls_parameters(parameters)
         self._sender = sender
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
@@ -321,6 +335,9 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
 
     def timeout(self) -> int:
         """The request's timeout in microseconds (its "timeout" parameter), 0 when the
@@ -354,6 +371,7 @@ class InferenceRequest:
             self._timeout,
             self._parameters,
             self._requested,
+            self._trace.get_context() or "",
         )
 
     def exec(self, decoupled: bool = False) -> Any:
