@@ -61,6 +61,7 @@ class Runtime:
             isolate=isolate,
             load_threads=config.model_load_thread_count,
             load_retries=config.model_load_retry_count,
+            namespacing=config.model_namespacing,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(
