@@ -68,6 +68,7 @@ class ServerConfig:
     repository_poll_secs: float = 15.0
     model_load_thread_count: int = 4  # models loading at once (Triton's default)
     model_load_retry_count: int = 0  # times a failed version load is tried again
+    model_namespacing: bool = False  # a model is known by its repository and name
     cache_size_bytes: int = 0  # 0: no response cache
     max_instances_per_model: int = DEFAULT_MAX_INSTANCES  # more instances fail to load
     log: LogSettings = field(default_factory=LogSettings)
@@ -248,6 +249,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
         repository_poll_secs=args.repository_poll_secs,
         model_load_thread_count=args.model_load_thread_count,
         model_load_retry_count=args.model_load_retry_count,
+        model_namespacing=args.model_namespacing,
         cache_size_bytes=cache_size,
         max_instances_per_model=args.max_instances_per_model,
         log=LogSettings(

@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="<integer>",
         help="times a version that fails to load is tried again (Triton's; default 0)",
     )
+    _flag(
+        parser,
+        "--model-namespacing",
+        False,
+        "one model name in several repositories: each repository is a namespace",
+    )
     add(
         "--max-instances-per-model",
         type=int,

@@ -63,6 +63,7 @@ class Runtime:
             load_threads=config.model_load_thread_count,
             load_retries=config.model_load_retry_count,
             limiter=RateLimiter(config.rate_limit_resources) if config.rate_limit else None,
+            namespacing=config.model_namespacing,
         )
         self.cache = ResponseCache(config.cache_size_bytes) if config.cache_size_bytes else None
         self.core = InferenceServer(

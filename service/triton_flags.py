@@ -169,7 +169,6 @@ _GPU = "no pooled device memory here: tensors are copied by the backends themsel
 
 #: Flags accepted, checked as Triton checks them, and logged once as having no effect.
 INERT_FLAGS: tuple[_Inert, ...] = (
-    _Inert("model-namespacing", parse_bool, "<boolean>", "model names are global"),
     _Inert("enable-peer-access", parse_bool, "<boolean>", "no CUDA peer access is set up"),
     _Inert("allow-http", parse_bool, "<boolean>", _GATEWAY),
     _Inert("http-address", _text, "<string>", _GATEWAY),

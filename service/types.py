@@ -80,6 +80,9 @@ class InferRequest:
     inputs: list[InputTensor] = field(default_factory=list)
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    # An ensemble's step with --model-namespacing: the repository of the model it runs
+    # (the step's ``model_namespace``); None for every request a client sends.
+    model_namespace: str | None = None
 
 
 @dataclass(slots=True)

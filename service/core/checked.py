@@ -56,9 +56,15 @@ Snapshot = dict[str, tuple[int, dict[int, tuple[int, bytes, bool, Labels]]]]
 def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
     """The engine's ready versions as frontends validate against them. Ensembles, decoupled
     and sequence models are left out: their requests are validated step by step, stream
-    through the engine's own path, or go to a scheduler that validates them itself."""
+    through the engine's own path, or go to a scheduler that validates them itself. So is a
+    name that models of several repositories share (--model-namespacing): the engine
+    refuses its requests as ambiguous."""
     table: Snapshot = {}
+    namespaces: dict[str, str] = {}
+    shared: set[str] = set()
     for model in versions:
+        if namespaces.setdefault(model.name, model.namespace) != model.namespace:
+            shared.add(model.name)
         config = model.config
         if (
             config.platform == "ensemble"
@@ -75,6 +81,8 @@ def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
             model.labels,
         )
         table[model.name] = (max(latest, model.version), entries)
+    for name in shared:
+        table.pop(name, None)
     return table
 
 

@@ -20,21 +20,34 @@ def _ensemble_calls(directory: ModelDirectory) -> list[str]:
     return composing_models(config) if config.platform == "ensemble" else []
 
 
-def with_composing(names: list[str], directories: dict[str, ModelDirectory]) -> list[str]:
-    """``names`` plus every model their ensembles call, transitively."""
-    wanted = list(names)
-    for name in wanted:  # grows while iterating: a breadth-first closure
-        for called in _ensemble_calls(directories[name]):
-            if called in directories and called not in wanted:
-                wanted.append(called)
+def _by_name(directories: dict[str, ModelDirectory]) -> dict[str, list[str]]:
+    """Model name -> the keys of its folders (one per repository with --model-namespacing;
+    without it the key is the name)."""
+    keys: dict[str, list[str]] = {}
+    for key, directory in directories.items():
+        keys.setdefault(directory.name, []).append(key)
+    return keys
+
+
+def with_composing(keys: list[str], directories: dict[str, ModelDirectory]) -> list[str]:
+    """``keys`` plus every model their ensembles call, transitively (a called name: the
+    model of that name in each repository that holds one)."""
+    by_name = _by_name(directories)
+    wanted = list(keys)
+    for key in wanted:  # grows while iterating: a breadth-first closure
+        for called in _ensemble_calls(directories[key]):
+            for callee in by_name.get(called, ()):
+                if callee not in wanted:
+                    wanted.append(callee)
     return wanted
 
 
 def dependency_waves(directories: dict[str, ModelDirectory]) -> list[list[str]]:
     """Load order: models first, then ensembles once every model they call had its turn."""
+    by_name = _by_name(directories)
     calls = {
-        name: {m for m in _ensemble_calls(directory) if m in directories and m != name}
-        for name, directory in directories.items()
+        key: {c for m in _ensemble_calls(directory) for c in by_name.get(m, ()) if c != key}
+        for key, directory in directories.items()
     }
     waves: list[list[str]] = []
     done: set[str] = set()

@@ -21,7 +21,7 @@ def index_entries(
     name: str, entry: ModelEntry | None, loading: bool, unloaded: bool
 ) -> list[IndexEntry]:
     """One entry per version of a loaded model; one version-less entry otherwise."""
-    if entry is None:
+    if entry is None or entry.unlinked:  # an unlinked ensemble: no version ever loaded
         if loading:
             return [IndexEntry(name, "", ModelState.LOADING.value, "")]
         if unloaded:

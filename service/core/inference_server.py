@@ -249,12 +249,17 @@ class InferenceServer:
     def _lookup(self, request: InferRequest) -> ModelVersion:
         # Like Triton, a request for an unknown model fails before it becomes a request:
         # no id prefix on those errors.
-        return self._models.get(request.model_name, request.model_version)
+        if request.model_namespace is None:  # a client's request (an ensemble step's has one)
+            return self._models.get(request.model_name, request.model_version)
+        return self._models.get(request.model_name, request.model_version, request.model_namespace)
 
     def _admit_while_stopping(self, request: InferRequest) -> None:
         """Shutdown: only a request that continues a sequence in progress still gets in
         (Triton refuses new sequences and everything else, and lets those finish)."""
-        model = self._models.find(request.model_name, request.model_version)
+        try:
+            model: ModelVersion | None = self._lookup(request)
+        except ServerError:
+            model = None
         if model is None:
             return  # refused as a request for an unknown model, as Triton refuses it
         cid = request.parameters.get("sequence_id")

@@ -11,16 +11,23 @@ import asyncio
 import enum
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from inference import model_config_pb2 as mc
 
-from ..errors import Internal, InvalidArgument, NotFound, Unavailable
+from ..errors import Internal, InvalidArgument, NotFound, ServerError, Unavailable
 from ..repository.config_file import ConfigError, read_config
-from ..repository.ensemble_config import composing_models
-from ..repository.layout import ModelDirectory, discover_models, fingerprint, model_directory
+from ..repository.ensemble_config import ConfigLookup, composing_models
+from ..repository.layout import (
+    ModelDirectory,
+    discover_models,
+    fingerprint,
+    model_directory,
+    model_key,
+)
 from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea, StagingFailure
 from ..repository.version_policy import select_versions
@@ -28,8 +35,15 @@ from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
 from .dependencies import dependency_waves, with_composing
 from .index import IndexEntry, index_entries
-from .loader import load_ensemble, load_version
+from .loader import LabelLookup, load_ensemble, load_version
 from .model import ModelEntry, ModelState, ModelVersion
+from .namespaces import (
+    ambiguous,
+    identifier_not_found,
+    keys_named,
+    unknown_name,
+    unlinked_ensemble,
+)
 
 __all__ = ["DEFAULT_LOAD_THREADS", "ControlMode", "IndexEntry", "ModelManager"]
 
@@ -76,8 +90,13 @@ class ModelManager:
         load_threads: int = DEFAULT_LOAD_THREADS,
         load_retries: int = 0,
         limiter: RateLimiter | None = None,
+        namespacing: bool = False,
     ) -> None:
         self._repositories = list(repositories)
+        # --model-namespacing: a model is known by its repository and name (its key,
+        # layout.model_key), so one name may be in several repositories; a request names
+        # only the model, and is refused when that name is ambiguous (core/namespaces.py).
+        self._namespacing = namespacing
         # Versions load in these threads (--model-load-thread-count): that many models at
         # once; each model's own instances open in parallel too (loader._open_instances).
         self._loaders = ThreadPoolExecutor(max(1, load_threads), thread_name_prefix="model-load")
@@ -87,7 +106,10 @@ class ModelManager:
         self._isolate = isolate  # instances in worker processes (service/backends/isolated)
         self._mode = mode
         self._startup_models = list(startup_models)
-        self._models: dict[str, ModelEntry] = {}
+        self._models: dict[str, ModelEntry] = {}  # by key: the name, unless namespacing
+        # Triton's global map: model name -> keys in the table; a name once known keeps
+        # its (then empty) set, which Triton's lookups tell from a name never known.
+        self._names: dict[str, set[str]] = {}
         self._unloaded: set[str] = set()
         self._loading: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -109,30 +131,32 @@ class ModelManager:
 
     async def start(self) -> None:
         """Load what the control mode says to load at start-up."""
-        directories = discover_models(self._repositories)
-        names = list(directories)
+        directories = self._discover()
+        keys = list(directories)
         if self._mode is ControlMode.EXPLICIT and "*" not in self._startup_models:
-            unknown = [n for n in self._startup_models if n not in directories]
+            unknown = [n for n in self._startup_models if not keys_named(directories, n)]
             if unknown:
                 raise ValueError(
                     "--load-model names models that no repository holds: " + ", ".join(unknown)
                 )
-            names = with_composing(list(dict.fromkeys(self._startup_models)), directories)
-        for wave in dependency_waves({n: directories[n] for n in names}):
-            await asyncio.gather(*(self._replace(directories[n]) for n in wave))
+            named = [k for n in self._startup_models for k in keys_named(directories, n)]
+            keys = with_composing(list(dict.fromkeys(named)), directories)
+        for wave in dependency_waves({k: directories[k] for k in keys}):
+            await asyncio.gather(*(self._replace(directories[k]) for k in wave))
 
     async def poll(self) -> None:
         """One poll: load added models, reload changed ones, unload removed ones."""
-        directories = discover_models(self._repositories)
-        work = []
-        for name, directory in directories.items():
-            entry = self._models.get(name)
+        directories = self._discover()
+        work: list[Coroutine[Any, Any, object]] = []
+        for key, directory in directories.items():
+            entry = self._models.get(key)
             if entry is None or entry.fingerprint != fingerprint(directory.path):
                 work.append(self._locked_replace(directory))
-        for name, entry in list(self._models.items()):
-            if name not in directories and not entry.staged:
-                work.append(self._locked_unload(name))
+        for key, entry in list(self._models.items()):
+            if key not in directories and not entry.staged:
+                work.append(self._locked_unload(key))
         await asyncio.gather(*work)
+        await self._relink()
 
     async def poll_forever(self, interval_secs: float) -> None:
         while True:
@@ -164,6 +188,22 @@ class ModelManager:
             )
         if not files or (override is not None and override.platform == "ensemble"):
             await self._load_composing(name, override)
+        if self._namespacing:
+            try:
+                if files:
+                    await self._load_one(name, override, files)
+                else:
+                    await self._load_named(name, override)
+            finally:
+                await self._relink()
+            return
+        await self._load_one(name, override, files)
+
+    async def _load_one(
+        self, name: str, override: mc.ModelConfig | None, files: Mapping[str, bytes] | None
+    ) -> None:
+        """``load`` of the one model of that name (a model loaded from sent files has no
+        namespace: Triton's identifier for it is its name alone)."""
         async with self._lock(name):
             if files:
                 try:
@@ -175,30 +215,51 @@ class ModelManager:
                     raise InvalidArgument(f"failed to load '{name}': {exc}") from None
                 directory = model_directory(name, path, path.parent)
             else:
-                directory = discover_models(self._repositories).get(name)  # type: ignore[assignment]
+                directory = self._discover().get(name)  # type: ignore[assignment]
                 if directory is None:
                     raise Internal(_poll_failed(name))
             entry = await self._replace(directory, override, staged=bool(files))
-            if entry.reason and not entry.versionless:  # files or config: Triton's poll fails
-                raise Internal(_poll_failed(name))
+            if entry.reason and not entry.versionless and not entry.unlinked:
+                raise Internal(_poll_failed(name))  # files or config: Triton's poll fails
             if entry.failure:
                 raise InvalidArgument(_load_failed(name, entry))
+
+    async def _load_named(self, name: str, override: mc.ModelConfig | None) -> None:
+        """``load`` with namespacing: the model of that name in every repository that has
+        one (Triton polls the name in each), ``override`` applying to all of them."""
+        directories = [d for d in self._discover().values() if d.name == name]
+        if not directories:
+            raise Internal(_poll_failed(name))
+        entries = await asyncio.gather(*(self._locked_replace(d, override) for d in directories))
+        if any(e.reason and not e.versionless and not e.unlinked for e in entries):
+            raise Internal(_poll_failed(name))
+        failed = "".join(_load_failed(e.key, e) for e in entries if e.failure)
+        if failed:
+            raise InvalidArgument(failed)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self._mode is not ControlMode.EXPLICIT:
             raise Unavailable(NOT_ALLOWED)
-        if name not in self._models and name not in discover_models(self._repositories):
-            raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
+        if not self._namespacing:
+            if name not in self._models and name not in self._discover():
+                raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
+            keys = [name]
+        else:  # every model of that name (Triton unloads each identifier of the name)
+            keys = sorted(self._names.get(name, ()))
+            if not keys and not keys_named(self._discover(), name):
+                raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
         if unload_dependents:
             for dependent in self.dependents(name):
                 await self._locked_unload(dependent)
-        await self._locked_unload(name)
+        for key in keys:
+            await self._locked_unload(key)
+        await self._relink()
 
     def dependents(self, name: str) -> list[str]:
-        """Loaded ensembles that call ``name`` in one of their steps."""
+        """Loaded ensembles (their keys) that call ``name`` in one of their steps."""
         return [
-            entry.name
-            for entry in self._models.values()
+            key
+            for key, entry in self._models.items()
             if any(name in composing_models(m.config) for m in entry.versions.values())
         ]
 
@@ -214,22 +275,25 @@ class ModelManager:
 
     async def _load_composing(self, name: str, override: mc.ModelConfig | None) -> None:
         """Loading an ensemble loads the models it calls that are not loaded yet."""
-        config = override
-        if config is None:
-            directory = discover_models(self._repositories).get(name)
-            if directory is None or directory.error:
-                return
-            try:
-                config = read_config(directory)
-            except ConfigError:
-                return
-        if config.platform != "ensemble":
-            return
-        directories = discover_models(self._repositories)
-        for model in composing_models(config):
-            if model not in self._models and model in directories and model != name:
-                await self._load_composing(model, None)
-                await self._locked_replace(directories[model])
+        directories = self._discover()
+        configs = [override] if override is not None else []
+        if override is None:  # the model of that name in every repository (namespacing)
+            for key in keys_named(directories, name):
+                directory = directories[key]
+                if directory.error:
+                    continue
+                try:
+                    configs.append(read_config(directory))
+                except ConfigError:
+                    continue
+        for config in configs:
+            if config.platform != "ensemble":
+                continue
+            for model in composing_models(config):
+                for key in keys_named(directories, model):
+                    if key not in self._models and model != name:
+                        await self._load_composing(model, None)
+                        await self._locked_replace(directories[key])
 
     def index(self, repository_name: str = "", ready_only: bool = False) -> list[IndexEntry]:
         repositories = self._repositories
@@ -237,13 +301,20 @@ class ModelManager:
             repositories = [r for r in repositories if repository_name in (r.name, str(r))]
             if not repositories:
                 raise NotFound(f"unknown repository '{repository_name}'")
-        on_disk = discover_models(repositories)
-        names = sorted(set(on_disk) | ({*self._models} if not repository_name else set()))
+        on_disk = self._discover(repositories)
+        keys = set(on_disk) | ({*self._models} if not repository_name else set())
+
+        def identifier(key: str) -> tuple[str, str]:  # Triton lists them in this order
+            found = on_disk.get(key)
+            directory = found if found is not None else self._models[key].directory
+            return directory.namespace, directory.name
+
         out: list[IndexEntry] = []
-        for name in names:
+        for namespace, name in sorted(identifier(k) for k in keys):
+            key = model_key(namespace, name)
             out.extend(
                 index_entries(
-                    name, self._models.get(name), name in self._loading, name in self._unloaded
+                    name, self._models.get(key), key in self._loading, key in self._unloaded
                 )
             )
         return [e for e in out if e.state == ModelState.READY.value] if ready_only else out
@@ -251,7 +322,10 @@ class ModelManager:
     # --- lookups for the request path ---------------------------------------------------
 
     def ready_versions(self, name: str) -> list[int]:
-        entry = self._models.get(name)
+        try:
+            entry = self._models.get(self._resolve(name))
+        except ServerError:
+            return []
         return entry.ready_versions() if entry is not None else []
 
     def entries(self) -> list[ModelEntry]:
@@ -264,18 +338,38 @@ class ModelManager:
     def all_ready(self) -> bool:
         return all(not entry.failure for entry in self._models.values())
 
-    def find(self, name: str, version: str = "") -> ModelVersion | None:
+    def find(
+        self, name: str, version: str = "", namespace: str | None = None
+    ) -> ModelVersion | None:
         """The requested version, or None where it is unknown or not ready."""
         try:
-            return self.get(name, version)
+            return self.get(name, version, namespace)
         except (NotFound, Unavailable, InvalidArgument):
             return None
 
-    def get(self, name: str, version: str = "") -> ModelVersion:
-        """A ready version; the error names what is wrong, in Triton's words."""
-        entry = self._models.get(name)
+    def _resolve(self, name: str, namespace: str | None = None) -> str:
+        """The key of the model a request names: its name, or with namespacing the one
+        model of that name (``namespace``: an ensemble's step, linked at load time)."""
+        if not self._namespacing:
+            return name
+        if namespace is not None:
+            return model_key(namespace, name)
+        keys = self._names.get(name)
+        if keys is None:
+            raise InvalidArgument(unknown_name(name))
+        if not keys:
+            raise NotFound(identifier_not_found(name))
+        if len(keys) > 1:
+            raise InvalidArgument(ambiguous(name, len(keys)))
+        return next(iter(keys))
+
+    def get(self, name: str, version: str = "", namespace: str | None = None) -> ModelVersion:
+        """A ready version; the error names what is wrong, in Triton's words.
+        ``namespace``: with --model-namespacing, the repository of an ensemble's step."""
+        key = self._resolve(name, namespace)
+        entry = self._models.get(key)
         if entry is None:
-            if name in self._unloaded:
+            if key in self._unloaded:
                 raise Unavailable(
                     f"Request for unknown model: '{name}' has no available versions: unloaded"
                 )
@@ -317,9 +411,14 @@ class ModelManager:
             return [
                 m for e in self._models.values() for _, m in sorted(e.versions.items()) if m.ready
             ]
+        if self._namespacing:
+            try:
+                self._resolve(name)
+            except ServerError:  # Triton finds no ready version of the name
+                raise InvalidArgument(f"requested model '{name}' is not available") from None
         if version:
             return [self.get(name, version)]
-        entry = self._models.get(name)
+        entry = self._models.get(self._resolve(name))
         if entry is None:
             self.get(name)  # raises the right error for unknown or unloaded models
         assert entry is not None
@@ -336,42 +435,91 @@ class ModelManager:
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
-    async def _locked_replace(self, directory: ModelDirectory) -> None:
-        async with self._lock(directory.name):
-            await self._replace(directory)
+    def _discover(self, repositories: Sequence[Path] | None = None) -> dict[str, ModelDirectory]:
+        chosen = self._repositories if repositories is None else repositories
+        return discover_models(chosen, self._namespacing)
 
-    async def _locked_unload(self, name: str) -> None:
-        async with self._lock(name):
-            entry = self._models.pop(name, None)
-            self._unloaded.add(name)
+    async def _locked_replace(
+        self, directory: ModelDirectory, override: mc.ModelConfig | None = None
+    ) -> ModelEntry:
+        async with self._lock(directory.key):
+            return await self._replace(directory, override)
+
+    async def _locked_unload(self, key: str) -> None:
+        async with self._lock(key):
+            entry = self._models.pop(key, None)
+            self._unloaded.add(key)
+            if entry is not None:
+                self._names.get(entry.name, set()).discard(key)
             self.on_change()
             if entry is not None:
                 await self._retire(entry)
-                log.info("unloaded '%s'", name)
+                log.info("unloaded '%s'", key)
+
+    async def _relink(self) -> None:
+        """With namespacing: rebuild the ensembles whose steps would now resolve to other
+        models (one of that name came or went), as Triton's dependency graph reconnects
+        and reloads them; the models themselves are not touched."""
+        if not self._namespacing:
+            return
+        stale = [
+            entry
+            for entry in self._models.values()
+            if entry.steps is not None
+            and not entry.staged
+            and entry.steps != self._link(entry.directory.namespace, list(entry.steps))
+        ]
+        for entry in stale:
+            log.info("relinking ensemble '%s': its composing models changed", entry.key)
+        await asyncio.gather(*(self._relink_one(e) for e in stale))
+
+    async def _relink_one(self, entry: ModelEntry) -> None:
+        """Rebuild, and swap in even when it fails: the steps it ran are gone (Triton's
+        reconnected node fails, and its old versions stop serving)."""
+        async with self._lock(entry.key):
+            await self._replace(entry.directory, entry.override, swap_failed=True)
+
+    def _link(self, namespace: str, names: list[str]) -> dict[str, str | None]:
+        """Where an ensemble of ``namespace`` finds each composing model: in its own
+        repository first, else the one model of that name (None: none, or ambiguous),
+        as Triton's DependencyGraph::ConnectDependencyGraph finds it."""
+        linked: dict[str, str | None] = {}
+        for name in names:
+            if model_key(namespace, name) in self._models:
+                linked[name] = namespace
+                continue
+            keys = self._names.get(name, set())
+            only = next(iter(keys)) if len(keys) == 1 else None
+            linked[name] = self._models[only].directory.namespace if only is not None else None
+        return linked
 
     async def _replace(
         self,
         directory: ModelDirectory,
         override: mc.ModelConfig | None = None,
         staged: bool = False,
+        swap_failed: bool = False,
     ) -> ModelEntry:
-        """Build a new entry; swap it in unless it failed while a working one serves."""
-        name = directory.name
-        self._loading.add(name)
+        """Build a new entry; swap it in unless it failed while a working one serves
+        (``swap_failed``: even then)."""
+        key = directory.key
+        self._loading.add(key)
         try:
             entry = await self._build(directory, override)
         finally:
-            self._loading.discard(name)
+            self._loading.discard(key)
         entry.staged = staged
-        old = self._models.get(name)
-        if entry.failure and old is not None and not old.failure:
+        entry.override = override
+        old = self._models.get(key)
+        if entry.failure and old is not None and not old.failure and not swap_failed:
             log.error(
-                "reload of '%s' failed, previous versions keep serving: %s", name, entry.failure
+                "reload of '%s' failed, previous versions keep serving: %s", key, entry.failure
             )
             await self._retire(entry)
             return entry
-        self._models[name] = entry
-        self._unloaded.discard(name)
+        self._models[key] = entry
+        self._names.setdefault(directory.name, set()).add(key)
+        self._unloaded.discard(key)
         self.on_change()
         if old is not None:
             await self._retire(old)
@@ -407,15 +555,26 @@ class ModelManager:
         if config.platform == "ensemble":
             if self._runner is None:
                 raise RuntimeError("ensembles need a runner: call attach_runner first")
+            lookup: ConfigLookup = self.lookup_config
+            lookup_labels: LabelLookup = self.lookup_labels
+            if self._namespacing:
+                entry.steps = self._link(directory.namespace, composing_models(config))
+                missing = sorted(n for n, ns in entry.steps.items() if ns is None)
+                if missing:
+                    entry.reason = unlinked_ensemble(directory.key, missing)
+                    entry.unlinked = True
+                    log.error("failed to load '%s': %s", directory.key, entry.reason)
+                    return entry
+                config, lookup, lookup_labels = self._linked(config, entry.steps)
             loaded = [
                 load_ensemble(
                     config,
                     v,
-                    self.lookup_config,
+                    lookup,
                     self._runner,
                     self._limits,
                     model_dir=directory.path,
-                    lookup_labels=self.lookup_labels,
+                    lookup_labels=lookup_labels,
                 )
                 for v in versions
             ]
@@ -439,8 +598,34 @@ class ModelManager:
                     for v in versions
                 )
             )
+        for model in loaded:
+            model.namespace = directory.namespace
         entry.versions = {m.version: m for m in loaded}
         return entry
+
+    def _linked(
+        self, config: mc.ModelConfig, steps: dict[str, str | None]
+    ) -> tuple[mc.ModelConfig, ConfigLookup, LabelLookup]:
+        """An ensemble's config with each step's ``model_namespace`` set (Triton sets it
+        so that its steps reach that very model), and lookups of those models."""
+        linked = mc.ModelConfig()
+        linked.CopyFrom(config)
+        for step in linked.ensemble_scheduling.step:
+            step.model_namespace = steps[step.model_name] or ""
+
+        def version(name: str, number: int) -> ModelVersion | None:
+            wanted = "" if number < 0 else str(number)
+            return self.find(name, wanted, steps.get(name) or "")
+
+        def lookup(name: str, number: int) -> mc.ModelConfig | None:
+            model = version(name, number)
+            return model.config if model is not None else None
+
+        def labels(name: str, number: int) -> dict[str, tuple[str, ...]]:
+            model = version(name, number)
+            return model.labels if model is not None else {}
+
+        return linked, lookup, labels
 
     async def _retire(self, entry: ModelEntry) -> None:
         """Stop taking requests, let accepted ones finish, free the instances, and remove

@@ -93,6 +93,9 @@ class ModelVersion:
     # Tells this load of the version from any other (a reload makes a new one): what a
     # frontend validated a request against (core/checked.py).
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
+    # Its repository, with --model-namespacing ('' without): Triton's ``namespace``
+    # metrics label.
+    namespace: str = ""
     _unleased: asyncio.Event | None = field(default=None, repr=False)
     _lease: _Lease | None = field(default=None, repr=False, compare=False)
 
@@ -142,6 +145,18 @@ class ModelEntry:
     # No version to load under the version policy: Triton knows the model but has no
     # version of it (a load failure, not a poll failure; left out of the index).
     versionless: bool = False
+    # An ensemble's steps with --model-namespacing: the namespace each composing model
+    # name resolved to when it was built (None: none, or ambiguous), to rebuild it when
+    # that changes (Triton's dependency graph reconnects it). None: not an ensemble.
+    steps: dict[str, str | None] | None = None
+    # ...and such an ensemble's steps do not all resolve: a load failure (its reason),
+    # not a poll failure.
+    unlinked: bool = False
+    override: mc.ModelConfig | None = None  # the config the load request gave, if any
+
+    @property
+    def key(self) -> str:
+        return self.directory.key
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)

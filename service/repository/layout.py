@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ModelDirectory", "discover_models", "fingerprint", "model_directory"]
+__all__ = ["ModelDirectory", "discover_models", "fingerprint", "model_directory", "model_key"]
 
 CONFIG_FILE = "config.pbtxt"
 
@@ -23,9 +23,17 @@ def set_config_name(name: str) -> None:
     _custom_config = name
 
 
+def model_key(namespace: str, name: str) -> str:
+    """How the model table keys a model: its name, or with --model-namespacing, Triton's
+    ``ModelIdentifier::str()`` of it, ``<repository>::<name>`` (the namespace of a model is
+    the repository it was found in; a model loaded from sent files has none)."""
+    return f"{namespace}::{name}" if namespace else name
+
+
 @dataclass(frozen=True)
 class ModelDirectory:
-    """One model's folder, or why it cannot be used (``error`` set)."""
+    """One model's folder, or why it cannot be used (``error`` set). ``namespace``: its
+    repository, with --model-namespacing ('' without)."""
 
     name: str
     path: Path
@@ -33,6 +41,11 @@ class ModelDirectory:
     versions: tuple[int, ...] = ()
     error: str = ""
     duplicates: tuple[Path, ...] = field(default=())
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        return model_key(self.namespace, self.name)
 
     @property
     def config_path(self) -> Path:
@@ -54,8 +67,8 @@ def _numeric_versions(model_path: Path) -> tuple[int, ...]:
     return tuple(sorted(versions))
 
 
-def model_directory(name: str, path: Path, repository: Path) -> ModelDirectory:
-    return ModelDirectory(name, path, repository, _numeric_versions(path))
+def model_directory(name: str, path: Path, repository: Path, namespace: str = "") -> ModelDirectory:
+    return ModelDirectory(name, path, repository, _numeric_versions(path), namespace=namespace)
 
 
 def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
@@ -68,19 +81,24 @@ def fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(entries)
 
 
-def discover_models(repositories: Sequence[Path]) -> dict[str, ModelDirectory]:
-    """Every model folder of every repository, keyed by model name.
+def discover_models(
+    repositories: Sequence[Path], namespacing: bool = False
+) -> dict[str, ModelDirectory]:
+    """Every model folder of every repository, keyed by ``model_key``: by model name, or
+    with ``namespacing`` (--model-namespacing) by repository and name.
 
-    A name found in two repositories is unusable (Triton refuses it too): the entry
-    carries an error instead of silently picking one.
+    A key found twice (a name in two repositories, or with namespacing a repository named
+    twice) is unusable (Triton refuses it too): the entry carries an error instead of
+    silently picking one.
     """
     found: dict[str, ModelDirectory] = {}
     for repo in repositories:
+        namespace = str(repo) if namespacing else ""
         for child in sorted(repo.iterdir()):
             if not child.is_dir() or child.name.startswith("."):
                 continue
-            entry = model_directory(child.name, child, repo)
-            previous = found.get(child.name)
+            entry = model_directory(child.name, child, repo, namespace)
+            previous = found.get(entry.key)
             if previous is not None:
                 entry = ModelDirectory(
                     child.name,
@@ -91,6 +109,7 @@ def discover_models(repositories: Sequence[Path]) -> dict[str, ModelDirectory]:
                         f"{previous.repository} and {repo}"
                     ),
                     duplicates=(previous.path, child),
+                    namespace=namespace,
                 )
-            found[child.name] = entry
+            found[entry.key] = entry
     return found

@@ -393,6 +393,7 @@ class EnsembleScheduler:
             ],
             outputs=[RequestedOutput(name) for name in step.output_map],
             parameters=self._step_parameters(job),
+            model_namespace=step.model_namespace,
         )
 
     @staticmethod

@@ -229,8 +229,15 @@ def _render_failures(lines: list[str], models: list[tuple[ScrapedModel, str]]) -
     for model, _ in models:
         name, version = _label(model.name), model.version
         for reason in FAILURE_REASONS:
-            labels = f'model="{name}",reason="{reason}",version="{version}"'
+            labels = f'model="{name}",{_namespace(model)}reason="{reason}",version="{version}"'
             lines.append(f"{_FAILURE}{{{labels}}} {model.stats.failures[reason]}")
+
+
+def _namespace(model: ScrapedModel) -> str:
+    """Triton's ``namespace`` label (the model's repository), with --model-namespacing
+    only; labels are in name order, as prometheus-cpp writes them."""
+    namespace = getattr(model, "namespace", "")
+    return f'namespace="{_label(namespace)}",' if namespace else ""
 
 
 def _decoupled(model: ScrapedModel) -> bool:
@@ -266,7 +273,10 @@ class MetricsRenderer:
         self._extra = extra
 
     def render(self) -> bytes:
-        models = [(m, f'model="{_label(m.name)}",version="{m.version}"') for m in self._source()]
+        models = [
+            (m, f'model="{_label(m.name)}",{_namespace(m)}version="{m.version}"')
+            for m in self._source()
+        ]
         lines: list[str] = []
         for family in self._families:
             lines.append(f"# HELP {family.name} {family.help}")
