@@ -4,12 +4,15 @@
 them (the runner's README). Each module of ``tests/qa_extra/`` defines ``SUITES``, a list of
 the runner's ``Suite``s for one area (issue 27: flags, Python-backend semantics, ...); every
 suite there was validated on the real Triton 2.51 (``../shared/triton-qa/reference/``)
-before it was added. The runner imports this file; pytest does not collect it.
+before it was added. A module may also define ``NOT_VALIDATED``: suites the reference here
+cannot run (its docstring says why), left out of the selection unless
+``TRITON_QA_NOT_VALIDATED=1``. The runner imports this file; pytest does not collect it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +23,5 @@ for _path in sorted((Path(__file__).parent / "qa_extra").glob("*.py")):
     _module = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_module)
     EXTRA_SUITES.extend(_module.SUITES)
+    if os.environ.get("TRITON_QA_NOT_VALIDATED") == "1":
+        EXTRA_SUITES.extend(getattr(_module, "NOT_VALIDATED", []))

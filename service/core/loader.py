@@ -22,7 +22,12 @@ from ..backends.base import Backend, InstanceSpec, ModelInstance, RequestInstanc
 from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
 from ..gpus import inventory
-from ..repository.completion import ModelSignature, check_against_signature, complete
+from ..repository.completion import (
+    ModelSignature,
+    check_against_signature,
+    check_ragged_inputs,
+    complete,
+)
 from ..repository.ensemble_config import ConfigLookup, step_shapes, validate_ensemble
 from ..repository.limits import ConfigLimits, load_refusal
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
@@ -190,6 +195,8 @@ def _open_instances(
         if settings.auto_complete:
             complete(config, signature, settings.default_max_batch_size(backend.name))
         check_against_signature(config, signature)
+        if not isinstance(first, RequestInstance):  # a tensor backend takes ragged ones flat
+            check_ragged_inputs(config, signature)
     finish = getattr(first, "finish_loading", None)
     steps: list[Callable[[], object]] = [finish] if finish is not None else []
     steps += [functools.partial(backend.open, config, path, spec) for spec in specs[1:]]

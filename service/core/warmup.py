@@ -31,6 +31,7 @@ from ..backends.base import BackendRequest, ModelInstance, RequestInstance
 from ..errors import Internal, InvalidArgument, ServerError, request_prefix
 from ..scheduling.base import Job
 from ..scheduling.batch import execute_batch, takes_requests
+from ..scheduling.batch_io import BatchIO
 from ..statistics import BatchTimings
 from ..types import InferRequest, InputTensor, ParameterValue
 from .model import ModelVersion
@@ -217,7 +218,7 @@ def _run(
         errors, timings = _run_decoupled(instance, jobs)
     else:
         try:
-            outputs, timings = execute_batch(instance, jobs)
+            outputs, timings = execute_batch(instance, jobs, io=BatchIO.of(model.config))
         except Exception as exc:
             return [_message(exc)] * len(jobs)
         errors = [o.message for o in outputs if isinstance(o, ServerError)]

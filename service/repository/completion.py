@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
     "ModelSignature",
     "check_against_signature",
+    "check_ragged_inputs",
     "complete",
     "internal_inputs",
     "internal_outputs",
@@ -42,9 +43,14 @@ class ModelSignature:
 
 
 def internal_inputs(config: mc.ModelConfig) -> set[str]:
-    """Inputs the server fills itself (sequence controls, implicit state), never clients."""
+    """Inputs the server fills itself (sequence controls, implicit state, batch inputs),
+    never clients."""
     batching = config.sequence_batching
-    return {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
+    return (
+        {c.name for c in batching.control_input}
+        | {s.input_name for s in batching.state}
+        | {t for b in config.batch_input for t in b.target_name}
+    )
 
 
 def internal_outputs(config: mc.ModelConfig) -> set[str]:
@@ -57,6 +63,14 @@ def _control_datatype(control: mc.ModelSequenceBatching.Control) -> str:
     if control.fp32_false_true:
         return "FP32"
     return "INT32" if control.int32_false_true else "BOOL"
+
+
+def _unchecked_dims(config: mc.ModelConfig) -> set[str]:
+    """Tensors whose config dims say what clients see, not what the model declares: ragged
+    inputs (the model gets them flat) and batch outputs (scattered by input shapes)."""
+    return {i.name for i in config.input if i.allow_ragged_batch} | {
+        t for b in config.batch_output for t in b.target_name
+    }
 
 
 def internal_tensors(config: mc.ModelConfig) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -117,6 +131,7 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
     batched = config.max_batch_size > 0
     model_inputs = {t.name: t for t in signature.inputs}
     model_outputs = {t.name: t for t in signature.outputs}
+    loose = _unchecked_dims(config)
     for kind, tensors, known in (
         ("input", config.input, model_inputs),
         ("output", config.output, model_outputs),
@@ -128,10 +143,12 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
                     f"unexpected {kind} '{tensor.name}' in config, the model's {kind}s are: "
                     + ", ".join(sorted(known))
                 )
-            _check_tensor(kind, tensor, spec, batched)
+            _check_tensor(kind, tensor, spec, batched, tensor.name not in loose)
     configured = {t.name for t in config.input} | internal_inputs(config)
     missing = [name for name in model_inputs if name not in configured]
-    unknown = [n for n in internal_inputs(config) if n not in model_inputs] + [
+    sequence = config.sequence_batching
+    controls = [c.name for c in sequence.control_input] + [s.input_name for s in sequence.state]
+    unknown = [n for n in controls if n not in model_inputs] + [
         n for n in internal_outputs(config) if n not in model_outputs
     ]
     if unknown:
@@ -142,15 +159,44 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
         raise ConfigError("model inputs missing from config: " + ", ".join(missing))
 
 
+def check_ragged_inputs(config: mc.ModelConfig, signature: ModelSignature) -> None:
+    """A tensor backend gets a ragged input flat: the model must take shape ``[-1]``
+    (the ONNX Runtime backend's rule and texts; not for optional inputs)."""
+    declared = {t.name: t for t in signature.inputs}
+    for tensor in config.input:
+        if not tensor.allow_ragged_batch:
+            continue
+        if tensor.optional:
+            raise ConfigError(
+                f"unable to load model '{config.name}', configuration expects model provides "
+                f"input with shape [-1] for ragged input '{tensor.name}', which is not "
+                "supported for optional input"
+            )
+        spec = declared.get(tensor.name)
+        if spec is not None and tuple(spec.shape) != (-1,):
+            raise ConfigError(
+                f"unable to load model '{config.name}', configuration expects model provides "
+                f"input with shape [-1]  for ragged input '{tensor.name}', model provides "
+                f"{_fmt(spec.shape)}"
+            )
+
+
 def _check_tensor(
-    kind: str, tensor: mc.ModelInput | mc.ModelOutput, spec: TensorSpec, batched: bool
+    kind: str,
+    tensor: mc.ModelInput | mc.ModelOutput,
+    spec: TensorSpec,
+    batched: bool,
+    dims_too: bool = True,
 ) -> None:
+    """``dims_too``: compare the shapes as well as the datatypes."""
     datatype = datatypes.datatype_from_config(mc.DataType.Name(tensor.data_type))
     if datatype != spec.datatype:
         raise ConfigError(
             f"{kind} '{tensor.name}' has data type {datatype} in config, "
             f"but the model declares {spec.datatype}"
         )
+    if not dims_too:
+        return
     dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
     expected = ([-1] if batched else []) + dims
     if len(expected) != len(spec.shape):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
+from .batch_config import check_batch_io
 from .config_file import ConfigError
 
 __all__ = [
@@ -111,6 +112,7 @@ def _check_bounds(config: mc.ModelConfig, limits: ConfigLimits) -> None:
         _check_dims(
             f"model output '{out.name}' ", out.dims, out.reshape.shape, out.HasField("reshape")
         )
+    check_batch_io(config)
     if config.HasField("sequence_batching"):
         _check_sequences(config, instances)
     _check_warmup(config)

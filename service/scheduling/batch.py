@@ -23,6 +23,7 @@ from ..backends.base import (
 from ..errors import ServerError
 from ..statistics import BatchTimings
 from .base import Array, Job
+from .batch_io import BatchIO
 from .responses import CollectingSender
 
 __all__ = [
@@ -46,14 +47,23 @@ def union_outputs(jobs: Sequence[Job]) -> list[str]:
     return names
 
 
-def merge_inputs(jobs: Sequence[Job]) -> dict[str, Array]:
+def merge_inputs(jobs: Sequence[Job], io: BatchIO | None = None) -> dict[str, Array]:
+    """The batch's inputs, concatenated along the batch dimension; with ``io`` (a model
+    with ragged inputs, batch inputs or batch outputs) as ``BatchIO.merge`` makes them."""
+    if io is not None:
+        return io.merge(jobs)
     if len(jobs) == 1:
         return jobs[0].inputs
     return {name: np.concatenate([j.inputs[name] for j in jobs]) for name in jobs[0].inputs}
 
 
-def split_outputs(jobs: Sequence[Job], results: dict[str, Array]) -> list[dict[str, Array]]:
-    """Each job gets exactly its own rows of the outputs it asked for."""
+def split_outputs(
+    jobs: Sequence[Job], results: dict[str, Array], io: BatchIO | None = None
+) -> list[dict[str, Array]]:
+    """Each job gets exactly its own rows of the outputs it asked for (batch outputs: its
+    part by its input's shape, ``BatchIO.split``)."""
+    if io is not None and io.outputs:
+        return io.split(jobs, results)
     if len(jobs) == 1:
         return [{name: results[name] for name in jobs[0].outputs}]
     per_job = []
@@ -111,14 +121,17 @@ def execute_batch(
     instance: ModelInstance | RequestInstance,
     jobs: Sequence[Job],
     clock: Callable[[], int] = time.monotonic_ns,
+    io: BatchIO | None = None,
 ) -> tuple[list[JobOutputs], BatchTimings]:
     """Run ``jobs`` as one execution; each job gets its outputs or its own error.
 
     Decoupled jobs (with a ``sink``) get an empty dict here: their responses travel
-    through the sink as the model sends them.
+    through the sink as the model sends them. ``io``: the model's ragged inputs, batch
+    inputs and batch outputs (``BatchIO.of``), for a tensor backend's batch.
     """
     return cast(
-        tuple[list[JobOutputs], BatchTimings], drive(instance, batch_steps(instance, jobs, clock))
+        tuple[list[JobOutputs], BatchTimings],
+        drive(instance, batch_steps(instance, jobs, clock, io)),
     )
 
 
@@ -126,17 +139,18 @@ def batch_steps(
     instance: ModelInstance | RequestInstance,
     jobs: Sequence[Job],
     clock: Callable[[], int] = time.monotonic_ns,
+    io: BatchIO | None = None,
 ) -> Generator[Execution, dict[str, Array], tuple[list[JobOutputs], BatchTimings]]:
     """``execute_batch`` as steps (see ``Steps``): a request backend's whole run happens
     before the first step, so it has none."""
     if takes_requests(instance):
         return _execute_requests(instance, jobs, clock)
     start = clock()
-    inputs = merge_inputs(jobs)
+    inputs = merge_inputs(jobs, io)
     input_end = clock()
     results = yield inputs, union_outputs(jobs)
     input_end, infer_end = compute_bounds(results, input_end, clock())
-    per_job: list[JobOutputs] = list(split_outputs(jobs, results))
+    per_job: list[JobOutputs] = list(split_outputs(jobs, results, io))
     return per_job, BatchTimings(start, input_end, infer_end, clock())
 
 

@@ -19,6 +19,7 @@ from ..statistics import BatchTimings, ModelStats
 from .abandoned import caller_left
 from .base import Enqueuing, ExecutionResult, Job
 from .batch import JobOutputs, execute_batch
+from .batch_io import BatchIO
 from .delivery import outcome_of, settle
 from .inflight import InFlight
 from .instances import InstancePool
@@ -30,9 +31,14 @@ Outcome = tuple[list[JobOutputs], BatchTimings] | None  # None: skipped, its cal
 
 class DefaultScheduler(Enqueuing):
     def __init__(
-        self, pool: InstancePool, stats: ModelStats, clock: Callable[[], int] = time.monotonic_ns
+        self,
+        pool: InstancePool,
+        stats: ModelStats,
+        clock: Callable[[], int] = time.monotonic_ns,
+        io: BatchIO | None = None,
     ) -> None:
         self._pool = pool
+        self._io = io  # the model's ragged inputs, batch inputs and outputs
         self._stats = stats
         self._clock = clock
         self._inflight = InFlight()
@@ -69,7 +75,7 @@ class DefaultScheduler(Enqueuing):
             if job.started:
                 return None
             job.started = True
-        return execute_batch(instance, (job,))
+        return execute_batch(instance, (job,), io=self._io)
 
     def _deliver(self, job: Job) -> Callable[[Any, BaseException | None], None]:
         def deliver(outcome: Outcome, error: BaseException | None) -> None:

@@ -458,7 +458,7 @@ def ragged_config(ragged: bool) -> mc.ModelConfig:
 
 
 @pytest.mark.parametrize("ragged", [True, False])
-async def test_ragged_inputs_share_a_batch_only_on_request_backends(ragged: bool) -> None:
+async def test_ragged_inputs_share_a_batch_on_request_backends(ragged: bool) -> None:
     echo = RequestEcho()
     scheduler = DynamicBatchScheduler(
         ragged_config(ragged), InstancePool([InstanceWorker(echo)]), ModelStats(), delay_count=2
@@ -471,15 +471,18 @@ async def test_ragged_inputs_share_a_batch_only_on_request_backends(ragged: bool
     await scheduler.stop()
 
 
-async def test_tensor_backends_never_merge_different_shapes_even_if_ragged() -> None:
+@pytest.mark.parametrize("ragged", [True, False])
+async def test_tensor_backends_get_ragged_inputs_flat_in_one_batch(ragged: bool) -> None:
     fake = Doubler()
     scheduler = DynamicBatchScheduler(
-        ragged_config(True), InstancePool([InstanceWorker(fake)]), ModelStats(), delay_count=2
+        ragged_config(ragged), InstancePool([InstanceWorker(fake)]), ModelStats(), delay_count=2
     )
     narrow = Job({"X": np.zeros((1, 3), np.float32)}, ["Y"], 1)
     wide = Job({"X": np.zeros((1, 5), np.float32)}, ["Y"], 1)
     await asyncio.gather(scheduler.submit(narrow), scheduler.submit(wide))
-    assert fake.batches == [1, 1]  # one merged tensor needs equal shapes
+    # Ragged: one batch, X as one vector of 3 + 5 elements (Triton's ORT backend); else
+    # one merged tensor needs equal shapes.
+    assert fake.batches == ([8] if ragged else [1, 1])
 
 
 # --- callers that go away: every request that reached the backend is counted ----------------

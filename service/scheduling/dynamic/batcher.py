@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from inference import model_config_pb2 as mc
 
-from ...backends.base import RequestInstance
 from ...errors import Unavailable
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import count_if_delivered_too_late
 from ..base import Enqueuing, ExecutionResult, Job
 from ..batch import JobOutputs, batch_steps
+from ..batch_io import BatchIO
 from ..delivery import batch_failure, outcome_of, settle
 from ..hooks import DELAY_ENV, Driver, hold_count
 from ..instances import InstancePool, InstanceWorker
@@ -48,7 +48,8 @@ class DynamicBatchScheduler(Enqueuing):
         self._pool = pool
         self._stats = stats
         self._clock = clock
-        self._policy = BatchPolicy.from_config(config, ragged_inputs(config, pool))
+        self._io = BatchIO.of(config)
+        self._policy = BatchPolicy.from_config(config, ragged_inputs(config))
         self._queues = PriorityQueues.from_config(config.dynamic_batching)
         self._preserve_ordering = config.dynamic_batching.preserve_ordering
         self._delay_count = hold_count(DELAY_ENV) if delay_count is None else delay_count
@@ -134,9 +135,10 @@ class DynamicBatchScheduler(Enqueuing):
                 job.seq = self._seq
                 self._seq += 1
         self._executing += 1
+        io = self._io
         self._pool.dispatch(
             worker,
-            lambda instance: batch_steps(instance, jobs),
+            lambda instance: batch_steps(instance, jobs, io=io),
             lambda outcome, error: self._finished(jobs, outcome, error),
             steps=True,
         )
@@ -187,9 +189,7 @@ class DynamicBatchScheduler(Enqueuing):
         await self._pool.aclose()
 
 
-def ragged_inputs(config: mc.ModelConfig, pool: InstancePool) -> frozenset[str]:
-    """Inputs whose shapes may differ within a batch: ``allow_ragged_batch`` ones, for
-    backends that take requests one by one (a merged tensor batch needs equal shapes)."""
-    if not pool.workers or not isinstance(pool.workers[0].instance, RequestInstance):
-        return frozenset()
+def ragged_inputs(config: mc.ModelConfig) -> frozenset[str]:
+    """Inputs whose shapes may differ within a batch: ``allow_ragged_batch`` ones. Request
+    backends take each request's own; a tensor backend gets them flat (``BatchIO``)."""
     return frozenset(i.name for i in config.input if i.allow_ragged_batch)

@@ -27,6 +27,7 @@ from ...statistics import BatchTimings, ModelStats
 from ..abandoned import caller_left
 from ..base import Enqueuing, ExecutionResult, Job
 from ..batch import JobOutputs, execute_batch
+from ..batch_io import BatchIO
 from ..delivery import batch_failure, outcome_of, settle
 from ..inflight import InFlight
 from ..instances import SKIP, Instance, InstancePool
@@ -72,6 +73,7 @@ class DrainBatchScheduler(Enqueuing):
         self._stats = stats
         self._clock = clock
         self._limit = max(config.max_batch_size, 1)
+        self._io = BatchIO.of(config)  # batch inputs / outputs (never ragged ones here)
         self._pending: deque[Job] = deque()
         # Whether a thread took a job or its leaving caller dropped it is decided under
         # this lock; the threads also drain ``_pending`` under it.
@@ -126,7 +128,7 @@ class DrainBatchScheduler(Enqueuing):
         if not jobs:
             return SKIP
         try:
-            return jobs, execute_batch(instance, jobs), None
+            return jobs, execute_batch(instance, jobs, io=self._io), None
         except BaseException as exc:  # the batch's callers get it
             return jobs, None, exc
 
