@@ -30,7 +30,7 @@ from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
 from ..types import FINAL_FLAG, TRACE_CONTEXT, ExecutionRecord, InferRequest, InferResponse
 from .tracing import Tracing
-from .triton_trace import TritonTrace
+from .triton_trace import TRITON_PARENT, TritonTrace
 
 __all__ = ["RequestTrace", "TracingStepRunner", "begin_request", "bls_trace", "context_of"]
 
@@ -123,9 +123,15 @@ def context_of(span: trace.Span) -> str:
     return json.dumps(carrier)
 
 
-def bls_trace(tracing: Tracing, request: InferRequest, context: str) -> RequestTrace | None:
-    """The span of a BLS request made with ``trace=request.trace()`` of a traced request:
-    a child of that request's span (None: tracing off, or no usable context)."""
+def bls_trace(
+    tracing: Tracing, request: InferRequest, context: str
+) -> RequestTrace | TritonTrace | None:
+    """The trace of a BLS request made with ``trace=request.trace()`` of a traced request:
+    a span under that request's, or in Triton's mode a child trace naming its parent
+    (None: tracing off, or no usable context)."""
+    if context.startswith(TRITON_PARENT):
+        parent_id = context.removeprefix(TRITON_PARENT)
+        return tracing.begin_triton_child(request, int(parent_id)) if parent_id.isdigit() else None
     if tracing.tracer is None or not context:
         return None
     try:

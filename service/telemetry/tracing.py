@@ -156,6 +156,22 @@ class Tracing:
         elif self.active and self._provider is None:
             self._start_provider()
 
+    def begin_triton_child(self, request: Any, parent_id: int) -> TritonTrace | None:
+        """Triton's mode: the child trace of a BLS request whose maker's trace is
+        ``parent_id`` (children are not sampled again: the parent was)."""
+        if self.trace_log is None:
+            return None
+        level = self._sampling.effective(request.model_name)[0]
+        names = level_names(level)
+        return TritonTrace(
+            self.trace_log,
+            request,
+            tensors="TENSORS" in names,
+            timestamps="TIMESTAMPS" in names,
+            done=self._count_done,
+            parent_id=parent_id,
+        )
+
     def begin_triton(self, request: Any, parent_sampled: bool) -> TritonTrace | None:
         """Triton's mode: a trace for this request if it is sampled."""
         if self.trace_log is None or not self.sample(request.model_name, parent_sampled):

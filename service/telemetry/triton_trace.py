@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from contextvars import Token
 from types import TracebackType
 from typing import Any
 
@@ -33,9 +34,13 @@ import numpy as np
 from wire import datatypes
 
 from ..scheduling.base import ExecutionResult
-from ..types import ExecutionRecord, InferResponse
+from ..types import TRACE_CONTEXT, ExecutionRecord, InferResponse
 
-__all__ = ["TraceLog", "TritonTrace", "tensor_data"]
+__all__ = ["TRITON_PARENT", "TraceLog", "TritonTrace", "tensor_data"]
+
+#: How a Triton-mode trace names itself in ``TRACE_CONTEXT`` (its id follows): there is
+#: no OpenTelemetry context then, only the parent a BLS child trace points to.
+TRITON_PARENT = "triton:"
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +189,10 @@ class TritonTrace:
         timestamps: bool,
         done: Any,
         scope: str = "",
+        parent_id: int = 0,
     ) -> None:
+        """``parent_id``: the trace of the request whose Python model made this one (a BLS
+        child trace: no gRPC timestamps, ``parent_id`` in its head, as Triton writes)."""
         self._log = owner
         self._done = done  # () -> bool: Triton's "count reached and all collected"
         self._scope = scope  # the setting it was sampled under: "" or the model's own
@@ -196,8 +204,12 @@ class TritonTrace:
         self.record = ExecutionRecord()
         self._outputs: dict[str, tuple[str, Any]] = {}
         self._version = str(getattr(request, "model_version", "") or "")
+        self._parent_id = parent_id
+        self._context_token: Token[str] | None = None
 
     def __enter__(self) -> TritonTrace:
+        # A Python model's BLS requests (trace=request.trace()) become child traces.
+        self._context_token = TRACE_CONTEXT.set(f"{TRITON_PARENT}{self.id}")
         return self
 
     def __exit__(
@@ -206,6 +218,8 @@ class TritonTrace:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._context_token is not None:
+            TRACE_CONTEXT.reset(self._context_token)
         self._log.write(self._render(time.monotonic_ns()), self._done(), self._scope)
 
     def executed(self, result: ExecutionResult | None) -> None:
@@ -232,13 +246,17 @@ class TritonTrace:
                 entries.append(f'{{"id":{tid},"timestamps":[{{"name":"{name}","ns":{ns}}}]}}')
 
         request = self._request
-        stamp("GRPC_WAITREAD_START", self._start)
-        stamp("GRPC_WAITREAD_END", self._start)
+        child = self._parent_id != 0
+        if not child:
+            stamp("GRPC_WAITREAD_START", self._start)
+            stamp("GRPC_WAITREAD_END", self._start)
         version = self._version if self._version.isdigit() else "-1"
         head = f'{{"id":{tid},"model_name":{json.dumps(request.model_name)},'
         head += f'"model_version":{version}'
         if getattr(request, "id", ""):
             head += f',"request_id":{json.dumps(request.id)}'
+        if child:
+            head += f',"parent_id":{self._parent_id}'
         entries.append(head + "}")
         stamp("REQUEST_START", self._start)
         inputs = list(_inputs(request)) if self._tensors else []
@@ -260,6 +278,7 @@ class TritonTrace:
                     )
             stamp("COMPUTE_END", t.end)
         stamp("REQUEST_END", end)
-        stamp("GRPC_SEND_START", end)
-        stamp("GRPC_SEND_END", time.monotonic_ns())
+        if not child:
+            stamp("GRPC_SEND_START", end)
+            stamp("GRPC_SEND_END", time.monotonic_ns())
         return ",".join(entries)

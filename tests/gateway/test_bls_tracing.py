@@ -62,21 +62,29 @@ def _config(name: str, context: bool) -> str:
     )
 
 
-def test_a_bls_request_is_traced_under_its_callers_span(tmp_path: Path) -> None:
+def _repo(root: Path) -> Path:
     for name, source in (("bls_caller", CALLER), ("bls_leaf", LEAF)):
-        (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "1" / "model.py").write_text(source)
-        (tmp_path / name / "config.pbtxt").write_text(_config(name, name == "bls_caller"))
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(source)
+        (root / name / "config.pbtxt").write_text(_config(name, name == "bls_caller"))
+    return root
+
+
+def _call(url: str, headers: dict[str, str] | None = None) -> grpcclient.InferResult:
+    tensor = grpcclient.InferInput("X", [2], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+    with grpcclient.InferenceServerClient(url) as client:
+        return client.infer("bls_caller", [tensor], headers=headers)
+
+
+def test_a_bls_request_is_traced_under_its_callers_span(tmp_path: Path) -> None:
+    _repo(tmp_path)
     with OtlpCollector() as collector:
         trace = ["--trace-config=level=TIMESTAMPS", "--trace-config=rate=1"]
         trace.append(f"--trace-config=opentelemetry,url={collector.url}")
         service = ServerProcess([tmp_path], extra_args=trace).start()
         try:
-            tensor = grpcclient.InferInput("X", [2], "FP32")
-            tensor.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
-            header = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
-            with grpcclient.InferenceServerClient(service.url) as client:
-                result = client.infer("bls_caller", [tensor], headers=header)
+            result = _call(service.url, {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
         finally:
             assert service.stop() == 0, service.log
         spans = [s for s in collector.received() if s.trace_id == TRACE_ID]
@@ -90,3 +98,25 @@ def test_a_bls_request_is_traced_under_its_callers_span(tmp_path: Path) -> None:
     assert {"queue", "compute_input", "compute_infer", "compute_output"} <= parts
     context = json.loads(result.as_numpy("CONTEXT")[0])
     assert context["traceparent"].startswith(f"00-{TRACE_ID}-{infer.span_id}-")
+
+
+def test_in_tritons_trace_mode_a_bls_request_is_a_child_trace(tmp_path: Path) -> None:
+    """Triton's trace file: the BLS request is a trace of its own whose head names the
+    caller's trace as ``parent_id``, without the gRPC timestamps; the model sees no
+    OpenTelemetry context (get_context() is None)."""
+    trace_file = tmp_path / "trace.json"
+    args = [f"--trace-config=triton,file={trace_file}", "--trace-config=level=TIMESTAMPS"]
+    args += ["--trace-config=rate=1", "--trace-config=mode=triton"]
+    service = ServerProcess([_repo(tmp_path / "repo")], extra_args=args).start()
+    try:
+        result = _call(service.url)
+    finally:
+        assert service.stop() == 0, service.log
+    assert result.as_numpy("CONTEXT").tolist() == [b""]
+    entries = json.loads(trace_file.read_text())
+    heads = {e["model_name"]: e for e in entries if "model_name" in e}
+    caller, leaf = heads["bls_caller"], heads["bls_leaf"]
+    assert leaf["parent_id"] == caller["id"] and "parent_id" not in caller
+    stamps = {t["name"] for e in entries if e["id"] == leaf["id"] for t in e.get("timestamps", [])}
+    assert {"REQUEST_START", "QUEUE_START", "COMPUTE_START", "REQUEST_END"} <= stamps
+    assert not any(name.startswith("GRPC_") for name in stamps)

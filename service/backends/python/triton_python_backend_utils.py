@@ -263,8 +263,9 @@ class InferenceTrace:
         self._context = context
 
     def get_context(self) -> str | None:
-        """The OpenTelemetry context (JSON of its propagation fields), or None."""
-        return self._context or None
+        """The OpenTelemetry context (JSON of its propagation fields), or None (also in
+        Triton's trace mode, which has none)."""
+        return self._context if self._context.startswith("{") else None
 
 
 class BlsTarget(NamedTuple):
@@ -371,7 +372,7 @@ class InferenceRequest:
             self._timeout,
             self._parameters,
             self._requested,
-            self._trace.get_context() or "",
+            self._trace._context,
         )
 
     def exec(self, decoupled: bool = False) -> Any:
