@@ -161,32 +161,28 @@ class Tracing:
         ``parent_id`` (children are not sampled again: the parent was)."""
         if self.trace_log is None:
             return None
-        level = self._sampling.effective(request.model_name)[0]
-        names = level_names(level)
-        return TritonTrace(
-            self.trace_log,
-            request,
-            tensors="TENSORS" in names,
-            timestamps="TIMESTAMPS" in names,
-            done=self._count_done,
-            parent_id=parent_id,
-        )
+        return self._triton_trace(request, "", parent_id)
 
     def begin_triton(self, request: Any, parent_sampled: bool) -> TritonTrace | None:
         """Triton's mode: a trace for this request if it is sampled."""
         if self.trace_log is None or not self.sample(request.model_name, parent_sampled):
             return None
         model = request.model_name
-        level = self._sampling.effective(model)[0]
-        names = level_names(level)
         own = model in self._sampling.models or model in self._model_frequency
+        return self._triton_trace(request, model if own else "", 0)
+
+    def _triton_trace(self, request: Any, scope: str, parent_id: int) -> TritonTrace:
+        """A trace in the file at the level the request's model is traced at."""
+        assert self.trace_log is not None
+        names = level_names(self._sampling.effective(request.model_name)[0])
         return TritonTrace(
             self.trace_log,
             request,
             tensors="TENSORS" in names,
             timestamps="TIMESTAMPS" in names,
             done=self._count_done,
-            scope=model if own else "",
+            scope=scope,
+            parent_id=parent_id,
         )
 
     def _count_done(self) -> bool:
