@@ -121,6 +121,16 @@ class Unknown(ServerError):
     code = ErrorCode.UNKNOWN
 
 
+_STATUS_WORDS = {"InvalidArgument": "Invalid argument", "NotFound": "Not found"}
+
+
+def status_text(error: ServerError) -> str:
+    """Triton's ``Status::AsString()``: the code's words, then the message, as a model
+    version's load failure reads (``Invalid argument: ...``)."""
+    name = type(error).__name__
+    return f"{_STATUS_WORDS.get(name, name)}: {error.message}"
+
+
 def failure_reason(exc: ServerError) -> str | None:
     """The statistics reason of a request that failed after the model accepted it (its
     own reason, or BACKEND for an INTERNAL one); None for one refused before that."""

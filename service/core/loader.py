@@ -21,6 +21,7 @@ from ..backends import backend_config
 from ..backends.base import Backend, InstanceSpec, ModelInstance, RequestInstance
 from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
 from ..backends.registry import get_backend
+from ..errors import InvalidArgument, status_text
 from ..gpus import inventory
 from ..repository.completion import (
     ModelSignature,
@@ -168,7 +169,7 @@ def _workers(
         for worker in workers:
             assert worker.reservation is not None
             limiter.unregister(worker.reservation)
-        raise ValueError(f"Invalid argument: {exc}") from None  # Triton's status text
+        raise ValueError(status_text(InvalidArgument(str(exc)))) from None
     return workers
 
 

@@ -28,7 +28,7 @@ from inference import model_config_pb2 as mc
 from wire import datatypes
 
 from ..backends.base import BackendRequest, ModelInstance, RequestInstance
-from ..errors import Internal, InvalidArgument, ServerError, request_prefix
+from ..errors import Internal, InvalidArgument, ServerError, request_prefix, status_text
 from ..scheduling.base import Job
 from ..scheduling.batch import execute_batch, takes_requests
 from ..scheduling.batch_io import BatchIO
@@ -51,13 +51,6 @@ class WarmupFailed(ValueError):
     written as Triton's status (``Invalid argument: ...``)."""
 
 
-def _status(error: ServerError) -> str:
-    """Triton's ``Status::AsString()`` of ``error``: its code's words, then the text."""
-    words = {"InvalidArgument": "Invalid argument", "NotFound": "Not found"}
-    name = type(error).__name__
-    return f"{words.get(name, name)}: {error.message}"
-
-
 @dataclass(frozen=True)
 class WarmupSample:
     name: str
@@ -77,7 +70,7 @@ def warmup_samples(model: ModelVersion, model_dir: Path) -> list[WarmupSample]:
         for name, given in setting.inputs.items():  # Triton's first pass: sizes only
             if any(d < 0 for d in given.dims):
                 raise WarmupFailed(
-                    _status(
+                    status_text(
                         InvalidArgument(
                             "warmup setting expects all variable-size dimensions are "
                             f"specified for input '{name}'"
@@ -87,7 +80,7 @@ def warmup_samples(model: ModelVersion, model_dir: Path) -> list[WarmupSample]:
         try:
             requests = [_request(model, setting, model_dir) for _ in range(setting.batch_size)]
         except ServerError as exc:
-            raise WarmupFailed(_status(exc)) from None
+            raise WarmupFailed(status_text(exc)) from None
         samples.append(WarmupSample(setting.name, max(setting.count, 1), requests))
     return samples
 
@@ -196,7 +189,7 @@ def _warm_instance(
                 )
                 listed = "".join(f"{error}; " for error in errors)
                 raise WarmupFailed(
-                    _status(
+                    status_text(
                         InvalidArgument(f"failed to run warmup sample '{sample.name}': {listed}")
                     )
                 )

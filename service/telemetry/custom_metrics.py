@@ -58,6 +58,11 @@ class _Family:
     refs: int = 0
 
 
+def _labels(labels: Mapping[str, str]) -> Labels:
+    """A label set's key: the pairs sorted by name, as prometheus-cpp keeps and prints them."""
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
 def _number(value: float) -> str:
     """prometheus-cpp's text for a value (16 significant digits, no trailing zeros)."""
     if math.isnan(value):
@@ -104,7 +109,7 @@ class CustomMetrics:
         buckets: Sequence[float] | None,
     ) -> None:
         """One more reference to the metric of ``labels`` in family ``name``."""
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        key = _labels(labels)
         for label, _ in key:
             if not _LABEL_NAME.match(label) or label.startswith("__"):
                 raise MetricError(f"Invalid label name: '{label}'")
@@ -133,7 +138,7 @@ class CustomMetrics:
     def update(self, name: str, labels: Mapping[str, str], operation: str, value: float) -> float:
         """``increment``, ``set``, ``observe`` or ``value``; the value after it (0 for
         a histogram)."""
-        key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        key = _labels(labels)
         with self._lock:
             family = self._family(name)
             metric = family.metrics.get(key)
@@ -169,7 +174,7 @@ class CustomMetrics:
 
     def release(self, owner: Owner, name: str, labels: Mapping[str, str] | None) -> None:
         """One reference fewer to a family (``labels`` None) or one of its metrics."""
-        key = None if labels is None else tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+        key = None if labels is None else _labels(labels)
         with self._lock:
             if self._hold(owner, (name, key), -1):
                 self._drop(name, key, 1)

@@ -77,16 +77,6 @@ def install(core: Core | None, loop: asyncio.AbstractEventLoop | None = None) ->
 #: Sends one message (and a descriptor) to the worker that asked.
 Reply = Callable[[tuple[Any, ...], int | None], None]
 
-_NUMPY_DATATYPES = {
-    dt.numpy: dt.name for dt in datatypes.DATATYPES.values() if dt.name not in ("BF16", "BYTES")
-}
-
-
-def _datatype(array: np.ndarray) -> str:
-    if array.dtype == np.object_:
-        return "BYTES"
-    return _NUMPY_DATATYPES.get(array.dtype, str(array.dtype))
-
 
 def _request(
     target: BlsTarget, tensors: list[tuple[str, np.ndarray]], bf16: set[str]
@@ -105,7 +95,7 @@ def _request(
     inputs = [
         InputTensor(
             name,
-            "BF16" if name in bf16 else _datatype(array),
+            "BF16" if name in bf16 else datatypes.datatype_of(array.dtype) or str(array.dtype),
             tuple(array.shape),
             contents=array.reshape(-1),
         )
