@@ -13,6 +13,7 @@
 #   --many-cores  then loadtest/many_cores.sh (h2load: from --wheels DIR/debs, else PATH)
 #   --steps    run only these steps (setup always runs), e.g. --steps bench to measure again
 #   BENCH_FRONTENDS=N  the bench server's --frontends (default: one per core, serve.sh's layout)
+#   BENCH_ARGS="..."   more arguments for gpu-bench (--cuda-graphs, --width 1024, ...)
 #
 # Steps, each bounded by `timeout`, each logged to DIR/<step>.log:
 #   setup       unpack onnxruntime-gpu, install the wheels into two targets (the server needs
@@ -23,6 +24,8 @@
 #   python_gpu  a Python model computing with PyTorch on the GPU (from_dlpack), CUDA shared memory
 #   nvml        nv_gpu_* metrics: memory grows with a loaded model, utilization > 0 under load
 #   bench       python -m loadtest gpu-bench in the default layout (one frontend per core)
+#   bench_workers  the same at c = 64, 128 with the instances in worker processes
+#               (SERVICE_INSTANCE_WORKERS=1, decision 030): the engine issue's GPU yardstick
 #   many_cores  loadtest/many_cores.sh, only with --many-cores
 # The summary table (step, result, figure) is printed last and kept in DIR/summary.md; the exit
 # status is 0 when no step failed (a step skipped for a reason it names does not fail the run).
@@ -57,8 +60,9 @@ joined() { awk 'NR > 1 { printf "; " } { printf "%s", $0 }' | cut -c1-1000; }
 
 # step NAME TIMEOUT FUNCTION: run the function in its own shell under `timeout`, log it, and
 # note "NAME<TAB>result<TAB>figure" in summary.tsv. The result: passed / failed (exit N) /
-# timed out after Ns / skipped: <pytest's reason>. The figure: what the step's tests recorded
-# (tests/gpu_support.py's record) or the step's own "FIGURE: " lines.
+# timed out after Ns / skipped: <the step's own "SKIP: " line, or pytest's reason>. The
+# figure: what the step's tests recorded (tests/gpu_support.py's record) or the step's own
+# "FIGURE: " lines.
 step() {
   local name="$1" limit="$2" fn="$3" from rc result figure
   if [ "$STEPS" != all ] && [ "$name" != setup ] && [[ ",$STEPS," != *",$name,"* ]]; then
@@ -73,6 +77,8 @@ step() {
     result="timed out after ${limit}s"
   elif [ $rc -ne 0 ]; then
     result="failed (exit $rc)"
+  elif grep -q '^SKIP: ' "$OUT/$name.log"; then
+    result="skipped: $(grep -m1 '^SKIP: ' "$OUT/$name.log" | sed 's/^SKIP: //')"
   elif grep -Eq '^[0-9]+ skipped' "$OUT/$name.log" && ! grep -Eq '[0-9]+ passed' "$OUT/$name.log"; then
     result="skipped: $(grep -m1 '^SKIPPED' "$OUT/$name.log" | sed -E 's/^SKIPPED \[[0-9]+\] [^:]+:[0-9]+: //')"
   else
@@ -129,6 +135,7 @@ import sys
 
 import google.protobuf
 import grpc
+import ml_dtypes
 import numpy
 import onnxruntime as ort
 
@@ -136,7 +143,8 @@ from service.gpus import inventory
 
 print("FIGURE: python", sys.version.split()[0], "| onnxruntime", ort.__version__,
       ort.get_available_providers(), "| grpcio", grpc.__version__, "| protobuf",
-      google.protobuf.__version__, "| numpy", numpy.__version__)
+      google.protobuf.__version__, "| numpy", numpy.__version__, "| ml_dtypes",
+      ml_dtypes.__version__)
 gpus = inventory().gpus()
 assert gpus, "NVML finds no GPU"
 print("FIGURE:", ", ".join(f"{g.name} (compute capability {g.capability})" for g in gpus))
@@ -164,19 +172,32 @@ ort_cuda() { both "onnx_model or cannot_start" tests/unit/test_gpu.py -k "io_bin
 tensorrt() { server_tests tests/unit/test_gpu.py -k tensorrt; }
 python_gpu() { both "python_model" tests/unit/test_gpu.py -k "dlpack or python_model"; }
 nvml() { both "nvml" tests/unit/test_gpu.py tests/unit/test_metrics_gpu.py -k "nvml or real"; }
-bench() {
-  local args=(--concurrency 1 8 64 128 --duration 5 --warmup 2 --ceiling-s 1)
+gpu_bench() {  # gpu_bench DIR LABEL CONCURRENCY...: gpu-bench at $BENCH's size into $OUT/DIR
+  local dir="$1" label="$2" args
+  shift 2
+  args=(--concurrency "$@" --duration 5 --warmup 2 --ceiling-s 1)
   case "$BENCH" in quick) args=(--quick) ;; full) args=() ;; esac
   # The server in its default layout (one frontend per core), as scripts/serve.sh starts it.
+  # shellcheck disable=SC2086  # BENCH_ARGS: words
   SERVICE_FRONTENDS=${BENCH_FRONTENDS:-$(nproc)} "$SERVER_PY" -m loadtest gpu-bench "${args[@]}" \
-    --out-dir "$OUT/gpu_bench" || return $?
-  grep -E '^- (mlp|cnn) at c=' "$OUT/gpu_bench/report.md" | sed 's/^- /FIGURE: /'
+    ${BENCH_ARGS:-} --out-dir "$OUT/$dir" || return $?
+  # --quick writes into quick/
+  grep -hE '^- (mlp|cnn) at c=' "$OUT/$dir/report.md" "$OUT/$dir/quick/report.md" 2>/dev/null |
+    sed "s/^- /FIGURE: $label/"
+}
+bench() { SERVICE_INSTANCE_WORKERS=0 gpu_bench gpu_bench "" 1 8 64 128; }
+bench_workers() {
+  if [ "${BENCH_FRONTENDS:-1}" = 0 ]; then
+    echo "SKIP: instance workers need the split layout (BENCH_FRONTENDS > 0)"; return 0
+  fi
+  SERVICE_INSTANCE_WORKERS=1 gpu_bench gpu_bench_workers "instances in workers: " 64 128
 }
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
 export PATH="$SITE/bin:$PATH"  # h2load, once the setup unpacked it
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"
-export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml bench many_cores
+export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml gpu_bench bench \
+  bench_workers many_cores
 
 step setup 180 setup
 if ! grep -q $'^setup\tpassed' "$OUT/summary.tsv"; then
@@ -188,8 +209,10 @@ else
   step nvml 180 nvml
   if [ "$BENCH" = none ] && [ "$STEPS" = all ]; then
     printf 'bench\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
+    printf 'bench_workers\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
   else
     step bench 420 bench
+    step bench_workers 300 bench_workers
   fi
   if [ "$MANY" = 1 ]; then
     if command -v h2load >/dev/null; then

@@ -26,8 +26,10 @@ download() {
     --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any -d "$@" \
     2> >(grep -v '^WARNING: Location' >&2)
 }
+# Every runtime dependency of pyproject.toml but numpy (the image's own; torch needs it) and
+# onnxruntime (.whl-ort), with the packages they pull in (tests/unit/test_gpu_check.py).
 download .whl/server "grpcio==1.85.1" "grpcio-reflection==1.85.1" "grpcio-health-checking==1.85.1" \
-  "protobuf>=7.35,<8" "opentelemetry-api>=1.45,<2" "opentelemetry-sdk>=1.45,<2" \
+  "protobuf>=7.35,<8" "ml-dtypes>=0.5" "opentelemetry-api>=1.45,<2" "opentelemetry-sdk>=1.45,<2" \
   "opentelemetry-semantic-conventions" "opentelemetry-exporter-otlp>=1.45,<2" \
   "opentelemetry-exporter-otlp-proto-grpc>=1.45,<2" "opentelemetry-exporter-otlp-proto-http>=1.45,<2" \
   "opentelemetry-exporter-otlp-proto-common>=1.45,<2" "opentelemetry-proto>=1.45,<2" \

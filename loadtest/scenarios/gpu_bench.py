@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import threading
@@ -32,7 +33,7 @@ import onnx
 import onnxruntime as ort
 from models import make_model, mlp_model
 from onnx import TensorProto, helper, numpy_helper
-from server_process import ServerProcess
+from server_process import FRONTENDS, ServerProcess
 
 from loadtest import RESULTS
 from loadtest.loadgen import LoadSpec, run_load
@@ -277,12 +278,15 @@ class GpuBench(Scenario):
                 ceiling[model] = {str(b): p for b, p in points.items()}
         gpus = inventory().gpus() if args.device == "gpu" else []
         device = "CPU (--device cpu: plumbing check only)"
+        isolated = os.environ.get("SERVICE_INSTANCE_WORKERS") == "1" and FRONTENDS != "0"
+        where = "worker processes" if isolated else "threads"  # decision 030
         if gpus:
             device = f"{gpus[0].name} (compute capability {gpus[0].capability})"
         raw = {
             "title": f"MLP 3x{args.width} and CNN, {args.instances} GPU instances, "
             f"delay {args.delay_us} us, conv algo search {args.conv_algo_search}"
-            + (", CUDA graphs" if args.cuda_graphs else ""),
+            + (", CUDA graphs" if args.cuda_graphs else "")
+            + f"; server --frontends {FRONTENDS}, instances in {where}",
             "command": args.command,
             "device": device,
             "onnxruntime": ort.__version__,

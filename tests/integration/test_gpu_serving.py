@@ -2,10 +2,13 @@
 end as a Triton user sees them, through tritonclient and the metrics endpoint.
 
 - an ONNX model with ``KIND_GPU`` serves correct results over gRPC, its session on CUDA, its
-  inputs staged in pinned memory and bound (the instance's load log line says so);
+  inputs staged in pinned memory and bound (the instance's load log line says so), with the
+  instance in a thread of the server and, in the split layout, in a worker process of its own
+  (``SERVICE_INSTANCE_WORKERS=1``, decision 030); its statistics count the device memory;
 - a model asking for CUDA where CUDA cannot start fails to load with the documented text;
-- a Python model computes with PyTorch on the GPU (``from_dlpack`` both ways), its tensors in
-  CUDA shared memory regions of the client (tritonclient's CUDA shared-memory utilities);
+- a Python model computes with PyTorch on the GPU (``from_dlpack`` both ways, FP32 and BF16),
+  its tensors in CUDA shared memory regions of the client (tritonclient's CUDA shared-memory
+  utilities);
 - the NVML metrics move: used memory grows with a loaded model, utilization is above 0 under load.
 
 Each test records its figure with ``gpu_support.record`` for scripts/gpu_check.sh's summary.
@@ -19,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -26,6 +30,7 @@ from gpu_support import gpu_needs, record
 from integration_support import infer_input, running_server
 from models import make_config, mlp_model, mlp_reference, write_model
 from operations_support import http_get, metrics_port
+from server_process import FRONTENDS
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.gpu
@@ -35,9 +40,15 @@ EXPLICIT = ("--model-control-mode", "explicit")
 # onnxruntime's CUDA provider runs FP32 MatMul in TF32 on Ampere and later (its use_tf32
 # default, which Triton's backend keeps): about 1e-3 apart from the FP32 reference here.
 TF32 = {"rtol": 1e-2, "atol": 1e-2}
+# The instance's load line, with the pid of the process that opened it (glog's third field).
 _INSTANCE_LINE = re.compile(
-    r"model 'mlp' instance '([^']+)' \(GPU device (\d+)\): onnxruntime providers ([^;]+); (.*)"
+    r"^I\S+ \S+ (\d+) \S+\] "
+    r"model 'mlp' instance '([^']+)' \(GPU device (\d+)\): onnxruntime providers ([^;]+); (.*)",
+    re.M,
 )
+#: Where the instances run: threads of the server, or worker processes (the split layout).
+LAYOUTS = {"threads": {}, "workers": {"SERVICE_INSTANCE_WORKERS": "1"}}
+WORKER_MODULE = "service.backends.isolated.host"
 
 
 def _write_mlp(root: Path, width: int = WIDTH, parameters: str = "") -> None:
@@ -60,19 +71,24 @@ def _infer_mlp(client: grpcclient.InferenceServerClient, x: np.ndarray) -> np.nd
     return out
 
 
-def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path, layout: str) -> None:
+    if layout == "workers" and FRONTENDS == "0":
+        pytest.skip("instance workers need the split layout (SERVICE_FRONTENDS > 0)")
     _write_mlp(tmp_path)
     with (
-        running_server([tmp_path]) as server,
+        running_server([tmp_path], env=LAYOUTS[layout]) as server,
         grpcclient.InferenceServerClient(server.url) as client,
     ):
         config = client.get_model_config("mlp", as_json=True)["config"]
         assert config["instance_group"][0]["kind"] == "KIND_GPU", config["instance_group"]
         match = _INSTANCE_LINE.search(server.log)
         assert match, f"no instance line for 'mlp' on a GPU in the log:\n{server.log}"
-        instance, device, providers, path = match.groups()
+        pid, instance, device, providers, path = match.groups()
         assert providers.split(", ")[0] == "CUDAExecutionProvider", providers
         assert path == "IO binding, inputs staged in pinned host memory", path
+        opener = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert (WORKER_MODULE in opener) == (layout == "workers"), (layout, opener)
 
         rng = np.random.default_rng(0)
         for rows in (1, 7, 64):
@@ -99,9 +115,17 @@ def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path) -> None:
         stats = client.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
         inferences, executions = int(stats["inference_count"]), int(stats["execution_count"])
         assert inferences == 1 + 7 + 64 + 2 * len(inputs), stats
+        # The device memory the model took: NVML's per-process figure, of the server's own
+        # process around the load or of the instances' worker processes.
+        gpu_memory = {
+            int(m.get("id", 0)): int(m.get("byte_size", 0))
+            for m in stats.get("memory_usage", [])
+            if m["type"] == "GPU"
+        }
+        assert gpu_memory.get(int(device), 0) > 0, stats.get("memory_usage")
     record(
-        f"{instance} on GPU {device}: {providers}; {path}; "
-        f"{inferences} inferences in {executions} executions"
+        f"{layout}: {instance} on GPU {device} ({gpu_memory[int(device)] / 2**20:.0f} MiB): "
+        f"{providers}; {path}; {inferences} inferences in {executions} executions"
     )
 
 
@@ -160,7 +184,8 @@ class TritonPythonModel:
             assert y.is_cuda
             out = pb_utils.Tensor.from_dlpack("Y", y)
             assert not out.is_cpu()
-            responses.append(pb_utils.InferenceResponse([out]))
+            half = pb_utils.Tensor.from_dlpack("Y16", y.to(torch.bfloat16))
+            responses.append(pb_utils.InferenceResponse([out, half]))
         return responses
 """
 _TORCH_CONFIG = """
@@ -168,7 +193,10 @@ name: "torchy"
 backend: "python"
 max_batch_size: 8
 input [{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }]
-output [{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }]
+output [
+  { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "Y16" data_type: TYPE_BF16 dims: [ -1 ] }
+]
 instance_group [{ kind: KIND_GPU }]
 """
 
@@ -187,9 +215,16 @@ def test_python_model_on_the_gpu_with_cuda_shared_memory(tmp_path: Path) -> None
         running_server([tmp_path]) as server,
         grpcclient.InferenceServerClient(server.url) as client,
     ):
-        # Tensors in the request: from_dlpack on the host input, a CUDA tensor returned.
+        # Tensors in the request: from_dlpack on the host input, CUDA tensors returned (a
+        # torch.bfloat16 one arrives as BF16: tritonclient's ml_dtypes.bfloat16).
         tensor = infer_input("X", x, "FP32")
-        np.testing.assert_array_equal(client.infer("torchy", [tensor]).as_numpy("Y"), x * 2 + 1)
+        result = client.infer("torchy", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("Y"), x * 2 + 1)
+        half = result.as_numpy("Y16")
+        assert half is not None and half.dtype == ml_dtypes.bfloat16, half
+        np.testing.assert_array_equal(
+            half.astype(np.float32), (x * 2 + 1).astype(ml_dtypes.bfloat16).astype(np.float32)
+        )
 
         # Tensors in the client's CUDA shared memory, on the model's device.
         handles = {
@@ -216,7 +251,7 @@ def test_python_model_on_the_gpu_with_cuda_shared_memory(tmp_path: Path) -> None
             client.unregister_cuda_shared_memory()
             for handle in handles.values():
                 cudashm.destroy_shared_memory_region(handle)
-    record(f"torch on the GPU, {x.nbytes} bytes in and out of CUDA shared memory: correct")
+    record(f"torch on the GPU (FP32, BF16), {x.nbytes} bytes in and out of CUDA shared memory")
 
 
 def _gpu_samples(port: int) -> dict[str, float]:
