@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from google.protobuf import text_format
 from models import add_sub_model, make_config, write_model
+from proc_info import process_tree
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec
@@ -267,6 +268,37 @@ async def test_load_reports_gpu_memory_per_model(tmp_path: Path) -> None:
     try:
         assert model.state == ModelState.READY, model.reason
         assert model.stats.gpu_memory_bytes == {0: 4096}
+    finally:
+        if model.scheduler is not None:
+            await model.scheduler.stop()
+
+
+async def test_load_reports_gpu_memory_of_instance_workers(tmp_path: Path) -> None:
+    """With the instances in worker processes (the split layout's ``isolate``), the model's
+    device memory is what NVML gives the workers' pids, not this process's growth (fake
+    device: every child of this process holds 8 KiB, this process 1000 bytes throughout)."""
+
+    class PerProcess(_Nvml):
+        def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[_Proc]:
+            children = [p for p, parent in process_tree(os.getpid()).items() if parent > 0]
+            return [_Proc(os.getpid(), 1000)] + [
+                _Proc(p, 8192) for p in children if p != os.getpid()
+            ]
+
+    text = make_config(
+        "gw", [("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
+        [("OUTPUT0", "FP32", [4]), ("OUTPUT1", "FP32", [4])], max_batch_size=4,
+        instance_kind="KIND_GPU", instance_count=2,
+    ) + 'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n'  # fmt: skip
+    write_model(tmp_path, "gw", add_sub_model("FP32", ["batch", 4]), text)
+    set_inventory(GpuInventory(load=lambda: PerProcess([_Dev("GPU-aa")]), use_environment=False))
+    try:
+        model = load_version(_config_file(tmp_path / "gw"), 1, tmp_path / "gw" / "1", isolate=True)
+    finally:
+        set_inventory(None)
+    try:
+        assert model.state == ModelState.READY, model.reason
+        assert model.stats.gpu_memory_bytes == {0: 2 * 8192}  # two workers, nothing of ours
     finally:
         if model.scheduler is not None:
             await model.scheduler.stop()
