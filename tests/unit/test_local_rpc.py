@@ -76,16 +76,26 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Behaviour]]:
     thread.start()
     yield path, behaviour
     behaviour.release.set()
-    loop.call_soon_threadsafe(server.close)
-    loop.call_soon_threadsafe(server.close_connections)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
-    # A connection accepted just before the close may have had its transport made only
-    # now (asyncio finishes an accept in a task): close it too, then let the closed
-    # transports run their last callbacks, so none is left to a later test's collection.
-    loop.run_until_complete(asyncio.sleep(0.01))
-    server.close_connections()
-    loop.run_until_complete(asyncio.sleep(0.01))
+    # The rest here, the loop run only between steps, so that no socket is left to a later
+    # test's garbage collection (a ResourceWarning there fails that test). Stop listening
+    # (connections still in the backlog go with it); let every task end: an accept in
+    # flight is a task that makes its transport and calls connection_made before it ends,
+    # a waiting call answers; then end every connection and run the loop until each is
+    # lost, which closes its socket. (Short sleeps instead left, under load, a transport
+    # made after the last close: two CI runs failed so.)
+    server.close()
+    tasks = asyncio.all_tasks(loop)
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+    for transport in list(server.connections):
+        transport.abort()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while server.connections and time.monotonic() < deadline:
+        loop.run_until_complete(asyncio.sleep(0.001))
+    assert not server.connections, server.connections
+    loop.run_until_complete(loop.shutdown_default_executor())
     loop.close()
 
 
