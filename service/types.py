@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wire.datatypes import Array
 
@@ -66,10 +66,20 @@ class RequestedOutput:
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
 
 
-#: The OpenTelemetry context (JSON of its propagation fields) of the traced request being
-#: run in this task, "" when none: jobs take it (``validation.job_of``), so that a Python
-#: model's BLS requests made with ``trace=request.trace()`` nest under it.
-TRACE_CONTEXT: ContextVar[str] = ContextVar("trace_context", default="")
+class TraceParent(Protocol):
+    """A traced request as its BLS children see it."""
+
+    def parent_text(self) -> str:
+        """What a Python model's ``request.trace()`` carries: the JSON of the OpenTelemetry
+        propagation fields, or Triton's mode's parent id."""
+        ...
+
+
+#: The trace of the request being run in this task, None when none: jobs take it
+#: (``validation.job_of``), so that a Python model's BLS requests made with
+#: ``trace=request.trace()`` nest under it. Its text is made only for a request backend's
+#: batch (``scheduling.batch``), not for every traced request.
+TRACE_CONTEXT: ContextVar[TraceParent | None] = ContextVar("trace_context", default=None)
 
 
 @dataclass(slots=True)

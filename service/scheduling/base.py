@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from wire.datatypes import Array
 
 from ..statistics import BatchTimings
-from ..types import ParameterValue
+from ..types import ParameterValue, TraceParent
 
 if TYPE_CHECKING:
     from .responses import StreamSender
@@ -32,7 +32,7 @@ class Job:
     sequence_end: bool = False
     parameters: dict[str, Any] = field(default_factory=dict)  # for request backends
     sink: StreamSender | None = field(default=None, repr=False)  # decoupled models only
-    trace_context: str = field(default="", repr=False)  # a traced request's (InferRequest)
+    trace_context: TraceParent | None = field(default=None, repr=False)  # a traced request's
     # Iterative sequences: the model may release it with RESCHEDULE (it started its
     # sequence), and did so in the execution that just ran (it runs again).
     reschedulable: bool = False

@@ -167,7 +167,7 @@ def _execute_requests(
             parameters=dict(job.parameters),
             correlation_id=job.correlation_id,
             timeout_us=job.timeout_us,
-            trace_context=job.trace_context,
+            trace_context=job.trace_context.parent_text() if job.trace_context else "",
             sequence_start=job.sequence_start,
             sequence_end=job.sequence_end,
             reschedulable=job.reschedulable,

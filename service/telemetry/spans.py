@@ -28,7 +28,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..errors import ServerError
 from ..scheduling.base import ExecutionResult
 from ..scheduling.ensemble import StepRunner
-from ..types import FINAL_FLAG, TRACE_CONTEXT, ExecutionRecord, InferRequest, InferResponse
+from ..types import (
+    FINAL_FLAG,
+    TRACE_CONTEXT,
+    ExecutionRecord,
+    InferRequest,
+    InferResponse,
+    TraceParent,
+)
 from .tracing import Tracing
 from .triton_trace import TRITON_PARENT, TritonTrace
 
@@ -59,12 +66,15 @@ class RequestTrace:
         self.record = ExecutionRecord()
         self._sent = 0
         self._token: Token[otel_context.Context] | None = None
-        self._context_token: Token[str] | None = None
+        self._context_token: Token[TraceParent | None] | None = None
 
     def __enter__(self) -> RequestTrace:
         self._token = otel_context.attach(trace.set_span_in_context(self.span))
-        self._context_token = TRACE_CONTEXT.set(context_of(self.span))  # for BLS children
+        self._context_token = TRACE_CONTEXT.set(self)  # for BLS children
         return self
+
+    def parent_text(self) -> str:
+        return context_of(self.span)
 
     def __exit__(
         self,

@@ -34,7 +34,7 @@ import numpy as np
 from wire import datatypes
 
 from ..scheduling.base import ExecutionResult
-from ..types import TRACE_CONTEXT, ExecutionRecord, InferResponse
+from ..types import TRACE_CONTEXT, ExecutionRecord, InferResponse, TraceParent
 
 __all__ = ["TRITON_PARENT", "TraceLog", "TritonTrace", "tensor_data"]
 
@@ -205,12 +205,15 @@ class TritonTrace:
         self._outputs: dict[str, tuple[str, Any]] = {}
         self._version = str(getattr(request, "model_version", "") or "")
         self._parent_id = parent_id
-        self._context_token: Token[str] | None = None
+        self._context_token: Token[TraceParent | None] | None = None
 
     def __enter__(self) -> TritonTrace:
         # A Python model's BLS requests (trace=request.trace()) become child traces.
-        self._context_token = TRACE_CONTEXT.set(f"{TRITON_PARENT}{self.id}")
+        self._context_token = TRACE_CONTEXT.set(self)
         return self
+
+    def parent_text(self) -> str:
+        return f"{TRITON_PARENT}{self.id}"
 
     def __exit__(
         self,
