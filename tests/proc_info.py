@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["pid_alive", "process_tree", "rss_mb", "stat_fields"]
+__all__ = ["cmdline", "pid_alive", "process_tree", "rss_mb", "stat_fields"]
 
 
 def stat_fields(path: str) -> list[str] | None:
@@ -22,6 +22,12 @@ def stat_fields(path: str) -> list[str] | None:
     except OSError:
         return None
     return stat[stat.rindex(")") + 2 :].split()  # comm may hold spaces: skip past it
+
+
+def cmdline(pid: int) -> str:
+    """The command line of ``pid``, its arguments joined by spaces (raises when it is gone)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode()
 
 
 def pid_alive(pid: int) -> bool:

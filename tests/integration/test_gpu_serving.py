@@ -30,6 +30,7 @@ from gpu_support import gpu_needs, record
 from integration_support import infer_input, running_server
 from models import make_config, mlp_model, mlp_reference, write_model
 from operations_support import http_get, metrics_port
+from proc_info import cmdline
 from server_process import FRONTENDS
 from tritonclient.utils import InferenceServerException
 
@@ -87,7 +88,7 @@ def test_onnx_model_on_the_gpu_serves_through_grpc(tmp_path: Path, layout: str) 
         pid, instance, device, providers, path = match.groups()
         assert providers.split(", ")[0] == "CUDAExecutionProvider", providers
         assert path == "IO binding, inputs staged in pinned host memory", path
-        opener = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        opener = cmdline(int(pid))
         assert (WORKER_MODULE in opener) == (layout == "workers"), (layout, opener)
 
         rng = np.random.default_rng(0)

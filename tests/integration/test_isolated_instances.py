@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from integration_support import running_server, wait_for_log
 from onnx import TensorProto, helper
-from proc_info import process_tree, rss_mb
+from proc_info import cmdline, process_tree, rss_mb
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -59,10 +59,6 @@ def _workers_of(server: ServerProcess, model: str) -> dict[str, int]:
 
 def _workers(server: ServerProcess) -> dict[str, int]:
     return _workers_of(server, "mlp")
-
-
-def _cmdline(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
 def _engine(server: ServerProcess) -> int:
@@ -123,7 +119,7 @@ def test_each_instance_is_a_worker_process_of_the_engine(tmp_path: Path) -> None
         assert sorted(workers) == ["mlp_0_0", "mlp_0_1"], server.log
         engine = _engine(server)
         for pid in workers.values():
-            assert HOST in _cmdline(pid) and _parent(pid) == engine
+            assert HOST in cmdline(pid) and _parent(pid) == engine
         x = np.random.default_rng(0).random((3, WIDTH), dtype=np.float32)
         with grpcclient.InferenceServerClient(server.url) as client:
             np.testing.assert_allclose(
@@ -254,5 +250,5 @@ def test_reload_under_load_with_workers_loses_no_request(tmp_path: Path) -> None
         assert all(n > 0 for n in served), served
         engine = _engine(server)
         children = [p for p, parent in process_tree(engine).items() if parent == engine]
-        hosts = [p for p in children if HOST in _cmdline(p)]
+        hosts = [p for p in children if HOST in cmdline(p)]
         assert len(hosts) == 2, hosts  # the last version's two workers; the others ended

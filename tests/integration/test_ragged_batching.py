@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
-from proc_info import process_tree
+from proc_info import cmdline, process_tree
 from server_process import ServerProcess
 
 WIDTHS = [2, 4, 1, 3]  # qa/L0_batch_input's four requests
@@ -149,9 +149,7 @@ def server(request: pytest.FixtureRequest, repo: Path) -> Iterator[ServerProcess
 def _process_lines(server: ServerProcess) -> str:
     """The command lines of the server's process tree."""
     tree = process_tree(server.pid)
-    return "\n".join(
-        Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in tree
-    )
+    return "\n".join(cmdline(pid) for pid in tree)
 
 
 def _stream(url: str, model: str, name: str, arrays: list[np.ndarray], output: str) -> list[Any]:

@@ -30,7 +30,7 @@ from service.backends.onnxruntime.providers import (
 )
 from service.core.instance_groups import instance_specs
 from service.core.loader import load_version
-from service.core.model import ModelState
+from service.core.model import ModelState, ModelVersion
 from service.gpus import GpuInventory, set_inventory
 from service.repository.config_file import read_config
 from service.repository.layout import discover_models
@@ -254,17 +254,7 @@ async def test_load_reports_gpu_memory_per_model(tmp_path: Path) -> None:
             device.processes = [_Proc(os.getpid(), (procs[0].usedGpuMemory or 0) + 4096)]
             return procs
 
-    text = make_config(
-        "gm", [("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
-        [("OUTPUT0", "FP32", [4]), ("OUTPUT1", "FP32", [4])], max_batch_size=4,
-        instance_kind="KIND_GPU",
-    ) + 'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n'  # fmt: skip
-    write_model(tmp_path, "gm", add_sub_model("FP32", ["batch", 4]), text)
-    set_inventory(GpuInventory(load=lambda: Growing([device]), use_environment=False))
-    try:
-        model = load_version(_config_file(tmp_path / "gm"), 1, tmp_path / "gm" / "1")
-    finally:
-        set_inventory(None)
+    model = _load_on_fake_gpu(tmp_path, Growing([device]))
     try:
         assert model.state == ModelState.READY, model.reason
         assert model.stats.gpu_memory_bytes == {0: 4096}
@@ -280,28 +270,34 @@ async def test_load_reports_gpu_memory_of_instance_workers(tmp_path: Path) -> No
 
     class PerProcess(_Nvml):
         def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[_Proc]:
-            children = [p for p, parent in process_tree(os.getpid()).items() if parent > 0]
-            return [_Proc(os.getpid(), 1000)] + [
-                _Proc(p, 8192) for p in children if p != os.getpid()
-            ]
+            children = [p for p in process_tree(os.getpid()) if p != os.getpid()]
+            return [_Proc(os.getpid(), 1000)] + [_Proc(p, 8192) for p in children]
 
-    text = make_config(
-        "gw", [("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
-        [("OUTPUT0", "FP32", [4]), ("OUTPUT1", "FP32", [4])], max_batch_size=4,
-        instance_kind="KIND_GPU", instance_count=2,
-    ) + 'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n'  # fmt: skip
-    write_model(tmp_path, "gw", add_sub_model("FP32", ["batch", 4]), text)
-    set_inventory(GpuInventory(load=lambda: PerProcess([_Dev("GPU-aa")]), use_environment=False))
-    try:
-        model = load_version(_config_file(tmp_path / "gw"), 1, tmp_path / "gw" / "1", isolate=True)
-    finally:
-        set_inventory(None)
+    model = _load_on_fake_gpu(tmp_path, PerProcess([_Dev("GPU-aa")]), instances=2, isolate=True)
     try:
         assert model.state == ModelState.READY, model.reason
         assert model.stats.gpu_memory_bytes == {0: 2 * 8192}  # two workers, nothing of ours
     finally:
         if model.scheduler is not None:
             await model.scheduler.stop()
+
+
+def _load_on_fake_gpu(
+    root: Path, nvml: _Nvml, instances: int = 1, isolate: bool = False
+) -> ModelVersion:
+    """add_sub as model 'gm' on KIND_GPU, loaded with ``nvml`` as the GPUs (and a CPU
+    fallback, so that the sessions themselves can be made here)."""
+    text = make_config(
+        "gm", [("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
+        [("OUTPUT0", "FP32", [4]), ("OUTPUT1", "FP32", [4])], max_batch_size=4,
+        instance_kind="KIND_GPU", instance_count=instances,
+    ) + 'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n'  # fmt: skip
+    write_model(root, "gm", add_sub_model("FP32", ["batch", 4]), text)
+    set_inventory(GpuInventory(load=lambda: nvml, use_environment=False))
+    try:
+        return load_version(_config_file(root / "gm"), 1, root / "gm" / "1", isolate=isolate)
+    finally:
+        set_inventory(None)
 
 
 def _config_file(folder: Path) -> mc.ModelConfig:

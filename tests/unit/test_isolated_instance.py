@@ -15,7 +15,7 @@ import models
 import numpy as np
 import pytest
 from onnx import TensorProto
-from proc_info import stat_fields
+from proc_info import cmdline, stat_fields
 from python_models.harness import wait_gone
 from test_onnxruntime_backend import SPEC, bf16_cast_model, make_config
 
@@ -64,7 +64,7 @@ def test_the_model_runs_in_another_process_with_the_same_results(
 ) -> None:
     pid = add_sub.worker_pid
     assert pid is not None and pid != os.getpid()
-    assert "service.backends.isolated.host" in Path(f"/proc/{pid}/cmdline").read_text()
+    assert "service.backends.isolated.host" in cmdline(pid)
     in_process = OnnxRuntimeBackend().open(make_config(), tmp_path / "m" / "1", SPEC)
     assert add_sub.signature() == in_process.signature()
     for shape in [(1, 4), (8, 16), (64, 4096)]:  # inline and through the shared region

@@ -89,8 +89,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Behaviour]]:
     tasks = asyncio.all_tasks(loop)
     if tasks:
         loop.run_until_complete(asyncio.wait(tasks, timeout=5))
-    for transport in list(server.connections):
-        transport.abort()  # type: ignore[attr-defined]
+    server.close_connections()
     deadline = time.monotonic() + 5
     while server.connections and time.monotonic() < deadline:
         loop.run_until_complete(asyncio.sleep(0.001))
