@@ -35,12 +35,17 @@ def grpc_body(message: bytes) -> bytes:
 
 def h2load(
     url: str, body: Path, connections: int, streams: int, seconds: float, threads: int = 1,
-    warmup: float = 0.0,
+    warmup: float = 0.0, rest_path: str = "",
 ) -> str:  # fmt: skip
-    """POST ``body`` to ModelInfer for ``seconds`` (after ``warmup``); h2load's report."""
+    """POST ``body`` to ModelInfer for ``seconds`` (after ``warmup``); h2load's report.
+    ``rest_path``: POST it to that path of a REST server over HTTP/1.1 instead (JSON)."""
+    if rest_path:
+        target = ["--h1", f"http://{url}{rest_path}", "-H", "content-type: application/json"]
+    else:
+        target = [f"http://{url}/inference.GRPCInferenceService/ModelInfer"]
+        target += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
     command = [
-        *("h2load", f"http://{url}/inference.GRPCInferenceService/ModelInfer", "-d", str(body)),
-        *("-H", "content-type: application/grpc", "-H", "te: trailers"),
+        *("h2load", *target, "-d", str(body)),
         *("-c", str(connections), "-m", str(streams), "-D", f"{max(1, round(seconds * 1e3))}ms"),
         *("-t", str(max(1, min(threads, connections)))),  # a connection per thread at least
         *(("--warm-up-time", f"{round(warmup * 1e3)}ms") if warmup > 0 else ()),
