@@ -20,9 +20,10 @@ from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .drain_listener import close_listeners
 from .gateway_link import GatewayLinks
+from .large_messages import request_parser, serialize_infer_response
 from .local_rpc import LocalRpcServer, bind_local_socket, unlink_quietly
 from .reflection import enable_reflection
-from .registration import add_service
+from .registration import Codec, add_service
 from .response_delay import DELAY_ENV, delay_responses, delay_seconds
 from .servicer import InferenceServicer
 from .v1_servicer import V1_SERVER_ID, V1Servicer
@@ -142,7 +143,12 @@ class GrpcFrontend:
             if not quiet:
                 log.info("%s=%d: non-inference gRPC responses are delayed", DELAY_ENV, delay)
         # Our own registration (wire.py): a request that does not parse gets INVALID_ARGUMENT.
-        unary = add_service(self._server, SERVICE, self._servicer, checks_own=True)
+        # Large ModelInfer messages skip protobuf's copies of their tensor bytes.
+        large: dict[str, Codec] = {
+            "ModelInfer": (request_parser, serialize_infer_response),
+            "ModelStreamInfer": (request_parser, None),
+        }
+        unary = add_service(self._server, SERVICE, self._servicer, checks_own=True, codecs=large)
         unary |= add_service(self._server, LEGACY_SERVICE, self._v1, checks_own=False)
         unary |= add_service(self._server, _HEALTH, self._health, checks_own=False)
         self._local_socket = local_socket

@@ -25,11 +25,13 @@ from ..types import (
     InferRequest,
     InferResponse,
     InputTensor,
+    OutputTensor,
     ParameterValue,
     RequestedOutput,
     TensorSpec,
     UInt64,
 )
+from .large_messages import SPLIT_MIN_BYTES, WireInferResponse
 
 __all__ = [
     "decode_infer_request",
@@ -203,7 +205,7 @@ def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
     )
 
 
-def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes:
+def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes | memoryview:
     """The output's wire bytes, copied once; an output that is an untouched view of a
     request's bytes (identity-like models) is sent as that very object, uncopied."""
     if datatype == "BYTES":
@@ -212,8 +214,10 @@ def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes:
         base = array.base
         while isinstance(base, np.ndarray):
             base = base.base
-        if isinstance(base, bytes) and len(base) == array.nbytes:
+        if type(base) is bytes and len(base) == array.nbytes:
             return base  # contiguous over all of it: exactly what tobytes() would copy
+        if type(base) is memoryview and base.nbytes == array.nbytes:
+            return base  # the same, over a large request's bytes (large_messages.py)
     return array.tobytes()
 
 
@@ -230,8 +234,43 @@ def _too_large(model: str, size: int, max_bytes: int) -> ResourceExhausted:
 
 def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelInferResponse:
     """Raises ResourceExhausted, naming the model, when the message would exceed the limit."""
+    message, raw, size = _encode(response, max_bytes)
+    message.raw_output_contents.extend(_as_bytes(raw))
+    _check_total(response, message, size, max_bytes)
+    return message
+
+
+def _as_bytes(raw: list[bytes | memoryview]) -> list[bytes]:
+    """What protobuf's repeated bytes take: a view (of a split request) becomes bytes."""
+    return [r if type(r) is bytes else bytes(r) for r in raw]
+
+
+def encode_unary_infer_response(
+    response: InferResponse, max_bytes: int
+) -> pb.ModelInferResponse | WireInferResponse:
+    """``encode_infer_response`` for a unary answer, whose serializer takes either kind:
+    large outputs stay out of the message and are written after it, copied once
+    (``large_messages.py``)."""
+    message, raw, size = _encode(response, max_bytes)
+    if size < SPLIT_MIN_BYTES:
+        message.raw_output_contents.extend(_as_bytes(raw))
+        _check_total(response, message, size, max_bytes)
+        return message
+    wire = WireInferResponse(message, raw)
+    _check_total(response, message, size + 16 * len(raw), max_bytes)
+    return wire
+
+
+def _raw_outputs(outputs: list[OutputTensor]) -> list[bytes | memoryview]:
+    return [o.wire if o.wire is not None else _raw(o.datatype, o.array) for o in outputs]
+
+
+def _encode(
+    response: InferResponse, max_bytes: int
+) -> tuple[pb.ModelInferResponse, list[bytes | memoryview], int]:
+    """The message without its raw outputs, the raw outputs and their size."""
     outputs = response.outputs
-    raw = [o.wire if o.wire is not None else _raw(o.datatype, o.array) for o in outputs]
+    raw = _raw_outputs(outputs)
     size = sum(map(len, raw))
     if size > max_bytes:
         raise _too_large(response.model_name, size, max_bytes).with_request_id(response.id)
@@ -244,14 +283,21 @@ def encode_infer_response(response: InferResponse, max_bytes: int) -> pb.ModelIn
         tensor.name = output.name
         tensor.datatype = output.datatype
         tensor.shape.extend(output.array.shape)
-    message.raw_output_contents.extend(raw)
     if response.parameters:
         encode_parameters(message.parameters, response.parameters)
+    return message, raw, size
+
+
+def _check_total(
+    response: InferResponse, message: pb.ModelInferResponse, size: int, max_bytes: int
+) -> None:
+    """Near the limit, the exact size of the message (``size``: what it does not hold)."""
     if size + 65536 > max_bytes:  # only near the limit is the exact size worth computing
         total = message.ByteSize() + _ENVELOPE_BYTES
+        if not message.raw_output_contents:
+            total += size
         if total > max_bytes:
             raise _too_large(response.model_name, total, max_bytes).with_request_id(response.id)
-    return message
 
 
 def encode_system_shm_status(

@@ -21,7 +21,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-__all__ = ["Malformed", "add_service", "parser", "refusing_malformed"]
+__all__ = ["Codec", "Malformed", "add_service", "parser", "refusing_malformed"]
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -62,24 +62,40 @@ _HANDLERS = {
 }
 
 
+#: A method's own (deserializer wrapper, serializer), for ``add_service``'s ``codecs``.
+Codec = tuple[
+    Callable[[Callable[[bytes], Any]], Callable[[bytes], Any]] | None,
+    Callable[[Any], bytes] | None,
+]
+
+
 def add_service(
-    server: grpc.aio.Server, service: ServiceDescriptor, servicer: object, *, checks_own: bool
+    server: grpc.aio.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    *,
+    checks_own: bool,
+    codecs: dict[str, Codec] | None = None,
 ) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """Register every method of ``service`` on ``server`` (what the generated
     ``add_*Servicer_to_server`` does, with our parsers). ``checks_own``: the servicer
     answers ``Malformed`` requests itself; otherwise each method is wrapped to do so.
-    Returns the unary ones by their full path (``/package.Service/Method``), which the
-    local RPC socket serves too."""
+    ``codecs``: by method name, a wrapper of its parser and its own serializer (None:
+    protobuf's). Returns the unary ones by their full path (``/package.Service/Method``),
+    which the local RPC socket serves too."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         behaviour = getattr(servicer, method.name)
         if not checks_own:
             behaviour = refusing_malformed(method, behaviour)
         make = _HANDLERS[(method.client_streaming, method.server_streaming)]
+        deserialize = parser(GetMessageClass(method.input_type))
+        serialize = GetMessageClass(method.output_type).SerializeToString
+        wrap, own = (codecs or {}).get(method.name, (None, None))
         handlers[method.name] = make(
             behaviour,
-            request_deserializer=parser(GetMessageClass(method.input_type)),
-            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+            request_deserializer=deserialize if wrap is None else wrap(deserialize),
+            response_serializer=serialize if own is None else own,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)

@@ -28,8 +28,10 @@ from .codec import (
     encode_repository_index,
     encode_server_metadata,
     encode_system_shm_status,
+    encode_unary_infer_response,
 )
 from .header_forward import forward_headers
+from .large_messages import WireInferResponse
 from .registration import Malformed
 from .settings_codec import (
     decode_log_settings,
@@ -140,7 +142,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @grpc_errors
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
-    ) -> pb.ModelInferResponse:
+    ) -> pb.ModelInferResponse | WireInferResponse:
         tracing = self._tracing
         if tracing is not None and tracing.active:  # the one check while tracing is off
             trace = tracing.begin("ModelInfer", request, context.invocation_metadata())
@@ -151,11 +153,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     trace.answered(response)
                     if self.answers.stopping:
                         self.answers.track(context)
-                    return encode_infer_response(response, self._max_send)
+                    return encode_unary_infer_response(response, self._max_send)
         response = await self._core.infer(self._request(request, context))
         if self.answers.stopping:  # the one check on the hot path
             self.answers.track(context)
-        return encode_infer_response(response, self._max_send)
+        return encode_unary_infer_response(response, self._max_send)
 
     def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:
         """The core's request, with the metadata --grpc-header-forward-pattern selects."""
