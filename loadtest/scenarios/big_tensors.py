@@ -1,0 +1,198 @@
+"""Large tensors, one at a time through tritonclient: ours against the real Triton 2.51.
+
+A Python identity model (the same ``model.py`` on both: ``pb_utils`` only, UINT8 of any
+length) is served by ours in the default layout (the service with ``--frontends`` one
+per core and the REST gateway on its local socket, as serve.sh starts them) and by the
+reference Triton (``start_triton.sh`` of ``../shared/triton-qa/reference``: CPU, python
+backend); tritonclient (gRPC and HTTP, from the client environment) sends each size a few
+times, alternating the servers, and every answer is checked byte for byte. The figure
+is Triton's median round trip over ours: above 1, ours is faster (issue 37, item 5).
+
+    .venv/bin/python -m loadtest big-tensors                     # 16, 64, 256 MiB; ~4 min
+    .venv/bin/python -m loadtest big-tensors --mib 16 --repeats 2 --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from server_process import LoggedProcess, ServerProcess
+
+from loadtest import REPO_ROOT, RESULTS
+from loadtest.report import command, loadavg, publish, short_commit, table
+from loadtest.scenario import Scenario, register
+from loadtest.scenarios.cpu_bench import REFERENCE, free_port
+
+if str(REPO_ROOT / "tests" / "gateway") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "tests" / "gateway"))
+from gateway_process import GatewayProcess
+
+CLIENT_PYTHON = REPO_ROOT / ".venv-client" / "bin" / "python"
+LOOP = Path(__file__).resolve().parents[1] / "tensor_round_trips.py"
+MODEL = "py_identity"
+IDENTITY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(
+            [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests]
+"""
+
+
+def write_repository(root: Path) -> None:
+    (root / MODEL / "1").mkdir(parents=True)
+    (root / MODEL / "1" / "model.py").write_text(IDENTITY, encoding="utf-8")
+    (root / MODEL / "config.pbtxt").write_text(
+        f'name: "{MODEL}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n",
+        encoding="utf-8",
+    )
+
+
+class Servers:
+    """Ours (service + gateway) and Triton, each with its gRPC and HTTP addresses."""
+
+    def __init__(self, repo: Path, frontends: int, triton: Path) -> None:
+        self.ours = ServerProcess([repo], extra_args=["--frontends", str(frontends)])
+        self.gateway: GatewayProcess | None = None
+        grpc_port, http_port = free_port(), free_port()
+        self.triton_urls = {"grpc": f"127.0.0.1:{grpc_port}", "http": f"127.0.0.1:{http_port}"}
+        self.triton = LoggedProcess(
+            [str(triton), "--model-repository", str(repo), f"--grpc-port={grpc_port}",
+             f"--http-port={http_port}"]
+        )  # fmt: skip
+
+    def start(self) -> None:
+        self.ours.start(timeout=120)
+        self.gateway = GatewayProcess(self.ours.url).start(timeout=60)
+        self.triton.start(timeout=180)
+
+    def urls(self, label: str) -> dict[str, str]:
+        if label == "Triton":
+            return self.triton_urls
+        assert self.gateway is not None
+        return {"grpc": self.ours.url, "http": self.gateway.url}
+
+    def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop(timeout=30)
+        self.ours.stop(timeout=60)
+        self.triton.stop(timeout=60)
+
+
+def round_trips(client: Path, protocol: str, url: str, mib: int, repeats: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(client), str(LOOP), protocol, url, MODEL, str(mib), str(repeats)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{protocol} {url} {mib} MiB failed:\n{done.stdout}{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure(args: argparse.Namespace) -> dict[tuple[str, str, int], list[float]]:
+    seconds: dict[tuple[str, str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="big-tensors-") as tmp:
+        repo = Path(tmp) / "repo"
+        write_repository(repo)
+        servers = Servers(repo, args.frontends, args.triton)
+        try:
+            servers.start()
+            for mib in args.mib:
+                repeats = args.repeats or max(2, 256 // mib)
+                for index, label in enumerate(
+                    ("ours", "Triton", "Triton", "ours")[: args.rounds * 2]
+                ):
+                    for protocol in args.protocols:
+                        url = servers.urls(label)[protocol]
+                        got = round_trips(args.client_python, protocol, url, mib, repeats)
+                        if not got["correct"]:
+                            raise RuntimeError(f"{label} {protocol} {mib} MiB: wrong bytes back")
+                        seconds.setdefault((label, protocol, mib), []).extend(got["seconds"])
+                        print(
+                            f"{label:>6} {protocol:>4} {mib:5d} MiB: "
+                            f"{median(got['seconds']) * 1e3:8.1f} ms (pass {index + 1})",
+                            file=sys.stderr,
+                        )
+        finally:
+            servers.stop()
+    return seconds
+
+
+def report(args: argparse.Namespace, seconds: dict[tuple[str, str, int], list[float]]) -> str:
+    lines = [
+        "# Large tensors through tritonclient: ours against Triton 2.51",
+        "",
+        f"Command: `{command(sys.argv[1:])}`  ",
+        f"Commit {short_commit()}; {os.cpu_count()} CPUs; load average {loadavg()} at the end; "
+        f"ours: the service with --frontends {args.frontends} and the REST gateway on its local "
+        "socket (serve.sh's layout); Triton: the reference's start_triton.sh (CPU, python "
+        "backend). A Python identity model (UINT8, the same model.py) on both; tritonclient "
+        "2.73, one request at a time, each answer checked byte for byte; the servers "
+        "alternate (ours, Triton, Triton, ours); medians of the round trips.",
+        "",
+    ]
+    head = ["size", "protocol", "ours ms", "Triton ms", "Triton / ours (≥ 1: ours faster)"]
+    rows = []
+    for mib in args.mib:
+        for protocol in args.protocols:
+            ours = median(seconds[("ours", protocol, mib)])
+            theirs = median(seconds[("Triton", protocol, mib)])
+            rows.append(
+                [
+                    f"{mib} MiB",
+                    protocol,
+                    f"{ours * 1e3:.0f}",
+                    f"{theirs * 1e3:.0f}",
+                    f"{theirs / ours:.2f}",
+                ]
+            )
+    lines += table(head, rows, "llrrr")
+    return "\n".join(lines) + "\n"
+
+
+@register
+class BigTensors(Scenario):
+    """16-256 MiB identity round trips by tritonclient: ours against the real Triton."""
+
+    name = "big-tensors"
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--mib", type=int, nargs="+", default=[16, 64, 256])
+        parser.add_argument("--protocols", nargs="+", default=["grpc", "http"])
+        parser.add_argument("--repeats", type=int, default=0, help="0: 256 MiB worth, >= 2")
+        parser.add_argument("--rounds", type=int, default=2, choices=[1, 2])
+        parser.add_argument("--frontends", type=int, default=os.cpu_count() or 1)
+        parser.add_argument("--triton", type=Path, default=REFERENCE)
+        parser.add_argument("--client-python", type=Path, default=CLIENT_PYTHON)
+        parser.add_argument("--quick", action="store_true", help="prints only")
+        parser.set_defaults(quick_values={})
+        parser.add_argument("--out", type=Path, default=None)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        for path, what in (
+            (args.triton, "the reference Triton"),
+            (args.client_python, "tritonclient"),
+        ):
+            if not path.exists():
+                print(f"big-tensors: {what} not found at {path}", file=sys.stderr)
+                return 2
+        seconds = measure(args)
+        out = None if args.quick else (args.out or RESULTS / "big_tensors.md")
+        publish(report(args, seconds), out)
+        return 0
