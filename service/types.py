@@ -106,7 +106,7 @@ class OutputTensor:
     name: str
     datatype: str
     array: Array
-    wire: bytes | None = field(default=None, repr=False)
+    wire: bytes | memoryview | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:

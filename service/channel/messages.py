@@ -10,6 +10,7 @@ hold) or ``(offset, nbytes)`` in the writer's arena.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from wire import datatypes
 
 from ..types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
+from .leases import LEASE_MIN_BYTES
 from .slabs import INLINE_MAX, Arena, ArenaMap
 
 __all__ = [
@@ -156,7 +158,7 @@ def encode_response(response: InferResponse, arena: Arena) -> list[Any]:
     return values
 
 
-def _array(datatype: str, shape: tuple[int, ...], data: bytes) -> Any:
+def _array(datatype: str, shape: tuple[int, ...], data: bytes | memoryview) -> Any:
     """The output's values over its wire bytes (no copy), for handlers that read them
     (the v1 API's classification and batch splitting); BYTES are split into items."""
     spec = datatypes.lookup(datatype)
@@ -173,15 +175,24 @@ def _array(datatype: str, shape: tuple[int, ...], data: bytes) -> Any:
     return _shape_carrier(shape)
 
 
-def decode_response(values: list[Any], arena: ArenaMap, freed: list[int]) -> InferResponse:
+def decode_response(
+    values: list[Any],
+    arena: ArenaMap,
+    freed: list[int],
+    lease: Callable[[int, int], memoryview] | None = None,
+) -> InferResponse:
     """Outputs come out as wire bytes (copied out of the arena; the block offsets go to
-    ``freed`` for the engine to reuse); their arrays only carry the shape."""
+    ``freed`` for the engine to reuse); their arrays only carry the shape. With ``lease``,
+    a large output is a view of its block instead, freed when unused (``leases.py``)."""
     outputs = []
     for name, datatype, shape, data in values[_RESP_OUTPUTS]:
         if type(data) is tuple:
             offset, size = data
-            data = bytes(arena.block(offset, size))
-            freed.append(offset)
+            if lease is not None and size >= LEASE_MIN_BYTES:
+                data = lease(offset, size)
+            else:
+                data = bytes(arena.block(offset, size))
+                freed.append(offset)
         outputs.append(OutputTensor(name, datatype, _array(datatype, shape, data), data))
     values[_RESP_OUTPUTS] = outputs
     return InferResponse(**dict(zip(_RESPONSE, values, strict=True)))

@@ -12,9 +12,11 @@ frame instead, so nothing ever fails for want of slab space.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import mmap
 import os
+import time
 
 from ..backends.python.shm import anonymous_fd
 
@@ -25,10 +27,15 @@ DEFAULT_ARENA_BYTES = 256 << 20
 #: Tensors up to this size ride inside the frame: copying them is cheaper than a block.
 INLINE_MAX = 16 << 10
 _MIN_CLASS = (INLINE_MAX + 1 - 1).bit_length()  # smallest block: 32 KiB
-#: Blocks of 16 MiB and more give their pages back when freed (``MADV_REMOVE`` punches
+#: Blocks of 16 MiB and more give their pages back once freed (``MADV_REMOVE`` punches
 #: them out of the memory file): a rare large tensor must not leave both processes that
 #: map the arena that much larger; smaller blocks stay warm for reuse.
 _RELEASE_CLASS = 24
+#: ... but not at once: a freed large block keeps its pages this long (when its writer
+#: runs on an event loop), so that a stream of large tensors reuses them warm instead of
+#: faulting every page in again in both processes (loadtest cost-budget, 64 MiB: the
+#: copies into fresh blocks led the frontend's and the engine's profiles).
+WARM_SECONDS = 0.5
 _REMOVE = getattr(mmap, "MADV_REMOVE", getattr(mmap, "MADV_DONTNEED", 4))
 
 
@@ -45,6 +52,9 @@ class Arena:
         self._class_of: dict[int, int] = {}  # offset -> size class of a block in use
         self._max_class = max(_MIN_CLASS, (size // 4).bit_length() - 1)
         self.in_use = 0  # bytes in allocated blocks
+        #: Free large blocks whose pages are kept for now: offset -> (class, when freed).
+        self._warm: dict[int, tuple[int, float]] = {}
+        self._release: asyncio.TimerHandle | None = None
 
     @property
     def blocks_in_use(self) -> int:
@@ -63,6 +73,8 @@ class Arena:
         free = self._free.get(cls)
         if free:
             offset = free.pop()
+            if cls >= _RELEASE_CLASS:
+                self._warm.pop(offset, None)
         elif self._top + (1 << cls) <= self.size:
             offset = self._top
             self._top += 1 << cls
@@ -81,6 +93,7 @@ class Arena:
             free = self._free.get(bigger)
             if free:
                 offset = free.pop()
+                self._warm.pop(offset, None)
                 self._class_of[offset] = bigger
                 return offset
         return -1
@@ -90,12 +103,41 @@ class Arena:
         self.in_use -= 1 << cls
         self._free.setdefault(cls, []).append(offset)
         if cls >= _RELEASE_CLASS:  # a large block's pages go back (in every mapping)
-            self.memory.madvise(_REMOVE, offset, 1 << cls)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to come back later: now
+                self.memory.madvise(_REMOVE, offset, 1 << cls)
+                return
+            self._warm[offset] = (cls, time.monotonic())
+            if self._release is None:
+                self._release = loop.call_later(WARM_SECONDS, self._release_idle, loop)
+
+    def _release_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Give back the pages of the large blocks free for ``WARM_SECONDS``; come back
+        while others are still warm."""
+        self._release = None
+        if self.memory.closed:
+            return
+        now = time.monotonic()
+        for offset, (cls, freed) in list(self._warm.items()):
+            if now - freed >= WARM_SECONDS:
+                del self._warm[offset]
+                self.memory.madvise(_REMOVE, offset, 1 << cls)
+        if self._warm:
+            self._release = loop.call_later(WARM_SECONDS, self._release_idle, loop)
+
+    @property
+    def warm_bytes(self) -> int:
+        """Bytes of free large blocks whose pages are still kept."""
+        return sum(1 << cls for cls, _ in self._warm.values())
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         self.view[offset : offset + len(data)] = data
 
     def close(self) -> None:
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
         self.view.release()
         with contextlib.suppress(BufferError):  # a view still exists: GC unmaps it later
             self.memory.close()

@@ -21,6 +21,7 @@ from typing import Any
 from inference import model_config_pb2 as mc
 
 from ..channel.framing import Channel, recv_hello, send_hello
+from ..channel.leases import Leases
 from ..channel.messages import (
     CALL,
     CANCEL,
@@ -79,6 +80,7 @@ class EngineClient:
         self._index = index
         self._arena = Arena(arena_bytes, "frontend-requests")
         self._responses: ArenaMap | None = None
+        self._leases: Leases | None = None  # large outputs read in place
         self._channel: Channel | None = None
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -103,7 +105,12 @@ class EngineClient:
         loop = self._loop = asyncio.get_running_loop()
         self.lost = loop.create_future()
         channel = self._channel = Channel(self._received, self._on_lost)
+        self._leases = Leases(self._responses, self._free_leased, loop)
         await loop.create_connection(lambda: channel, sock=sock)
+
+    def _free_leased(self, offsets: list[int]) -> None:
+        if self._channel is not None and not self._channel.closed:
+            self._channel.send((FREE, offsets))
 
     @property
     def slab_bytes_in_use(self) -> int:
@@ -130,9 +137,10 @@ class EngineClient:
         self._channel.send(message)
 
     def _received(self, messages: list[Any]) -> None:
-        assert self._responses is not None
+        assert self._responses is not None and self._leases is not None
         responses = self._responses
         freed = self._freed
+        lease = self._leases.lease
         for message in messages:
             op = message[0]
             if op == EVENT:
@@ -146,7 +154,7 @@ class EngineClient:
                 continue
             if op == ITEM:
                 assert entry.items is not None
-                entry.items.append(decode_response(message[2], responses, freed))
+                entry.items.append(decode_response(message[2], responses, freed, lease))
                 self._wake(entry)
                 continue
             del self._pending[message[1]]
@@ -154,7 +162,7 @@ class EngineClient:
             for offset in entry.blocks:
                 free(offset)
             if op == RESULT:
-                value: Any = decode_response(message[2], responses, freed)
+                value: Any = decode_response(message[2], responses, freed, lease)
             elif op == REPLY:
                 value = message[2]
             elif op == END:
@@ -181,6 +189,8 @@ class EngineClient:
 
     def _on_lost(self, exc: Exception | None) -> None:
         self._lost = EngineLost("the server is stopping: lost the connection to the engine")
+        if self._leases is not None:
+            self._leases.closed = True  # blocks leased now have no engine to go back to
         pending, self._pending = self._pending, {}
         for entry in pending.values():
             if entry.items is not None:

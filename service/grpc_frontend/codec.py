@@ -211,7 +211,7 @@ def _raw(datatype: str, array: np.ndarray[Any, Any]) -> bytes | memoryview:
     if datatype == "BYTES":
         return datatypes.serialize_bytes_tensor(array)
     if array.flags.c_contiguous:
-        base = array.base
+        base: Any = array.base
         while isinstance(base, np.ndarray):
             base = base.base
         if type(base) is bytes and len(base) == array.nbytes:
