@@ -22,6 +22,7 @@ __all__ = [
     "HEADER_LENGTH",
     "BinaryReader",
     "header_length",
+    "raw_binary_parts",
     "raw_binary_request",
     "response_headers",
 ]
@@ -54,7 +55,8 @@ class BinaryReader:
         self._offset = start
         self._model = model_name
 
-    def take(self, size: int, input_name: str) -> bytes:
+    def take(self, size: int, input_name: str) -> memoryview:
+        """The next ``size`` bytes of the body, uncopied."""
         end = self._offset + size
         if end > len(self._body):
             missing = end - len(self._body)
@@ -63,7 +65,7 @@ class BinaryReader:
                 f"unexpected size for input '{input_name}', expecting {missing} additional "
                 f"bytes for model '{self._model}'",
             )
-        chunk = self._body[self._offset : end]
+        chunk = memoryview(self._body)[self._offset : end]
         self._offset = end
         return chunk
 
@@ -75,11 +77,20 @@ class BinaryReader:
 def raw_binary_request(
     body: bytes, config: ModelConfig, model_name: str, model_version: str
 ) -> pb.ModelInferRequest:
-    """Header length 0: the body is the data of the model's only input, shaped from its
-    configuration as Triton's core does (``InferenceRequest::Normalize``): a batch
-    dimension of 1 if the model batches, and the one variable dimension (if any) takes
-    whatever the body holds. A BYTES input must have shape [1]; the body is its one
-    element. The error texts are Triton's."""
+    """``raw_binary_parts`` as one message."""
+    request, raw = raw_binary_parts(body, config, model_name, model_version)
+    request.raw_input_contents.append(raw)
+    return request
+
+
+def raw_binary_parts(
+    body: bytes, config: ModelConfig, model_name: str, model_version: str
+) -> tuple[pb.ModelInferRequest, bytes]:
+    """(the request without its data, the data). Header length 0: the body is the data
+    of the model's only input, shaped from its configuration as Triton's core does
+    (``InferenceRequest::Normalize``): a batch dimension of 1 if the model batches, and
+    the one variable dimension (if any) takes whatever the body holds. A BYTES input must
+    have shape [1]; the body is its one element. The error texts are Triton's."""
     prefix = "[request id: <id_unknown>] "
     if len(config.input) != 1:
         raise GatewayError(
@@ -119,8 +130,7 @@ def raw_binary_request(
         shape[dynamic] = len(body) // size if size else 0
     request = pb.ModelInferRequest(model_name=model_name, model_version=model_version)
     request.inputs.add(name=spec.name, datatype=datatype, shape=shape)
-    request.raw_input_contents.append(body)
-    return request
+    return request, body
 
 
 def response_headers(json_length: int, has_binary: bool) -> list[tuple[bytes, bytes]]:

@@ -20,7 +20,7 @@ from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 from inference import http_route_pb2 as hr
 
-from .binary import HEADER_LENGTH, BinaryReader, header_length, raw_binary_request, response_headers
+from .binary import HEADER_LENGTH, BinaryReader, header_length, raw_binary_parts, response_headers
 from .compression import choose_encoding, compress
 from .errors import GatewayError, rpc_error
 from .generate import build_generate_request, load_generate_json
@@ -66,6 +66,7 @@ class Handlers:
             if local is None
             else LocalStub(local, pb.DESCRIPTOR.services_by_name["GRPCInferenceService"])
         )
+        self._local = local is not None
         self._header_forward = header_forward
         self._target = target
         self._on_trace_setting = on_trace_setting
@@ -154,17 +155,20 @@ class Handlers:
                 "ModelConfig", pb.ModelConfigRequest(name=model, version=version), request.metadata
             ).config
             started = time.time_ns() if trace is not None else 0  # after the RPC
-            call = InferCall(raw_binary_request(body, config, model, version), True)
+            message, raw = raw_binary_parts(body, config, model, version)
+            call = InferCall(message, True, raw=[raw])
         else:
             header = load_json(memoryview(body)[:length], "the inference request")
             call = decode_infer(header, BinaryReader(body, length, model), model, version)
         if self._header_forward is not None:  # as Triton: infer only, not generate
-            forward_headers(self._header_forward, request.headers, call.request)
+            forward_headers(self._header_forward, request.headers, call.message)
         if trace is not None:
             trace.phase("translate_request", started)
-        sticky = with_sequence_header(call.request, request.metadata)
+        sticky = with_sequence_header(call.message, request.metadata)
+        # The local socket takes the raw inputs where they are; a gRPC stub, one message.
+        outgoing = call.outgoing if self._local else call.request
         try:
-            response = self._call("ModelInfer", call.request, sticky)
+            response = self._call("ModelInfer", outgoing, sticky)
         except GatewayError as exc:
             if exc.status == 501 and exc.message == _DECOUPLED_GRPC:
                 raise GatewayError(501, _DECOUPLED_HTTP) from None  # Triton's REST text

@@ -40,6 +40,7 @@ import httptools
 
 from .errors import GatewayError
 from .messages import HttpRequest, HttpResponse, error_response
+from .sockets import send_parts
 
 __all__ = [
     "IDLE_TIMEOUT",
@@ -379,7 +380,10 @@ class Connection:
             if response.stream is None:
                 head = self._head(response.status, response.headers, len(response.body), keep)
                 _sent(response)  # before the last write: whoever reads the answer sees it done
-                self._sock.sendall(head if incoming.method == "HEAD" else head + response.body)
+                if incoming.method == "HEAD" or not response.body:
+                    self._sock.sendall(head)
+                else:  # the body as it is, beside the head: a large one is not copied
+                    send_parts(self._sock, [head, response.body])
             else:
                 keep = self._send_stream(response, keep, incoming.http10)
             if not keep:

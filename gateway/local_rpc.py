@@ -24,7 +24,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from inference import grpc_service_pb2 as pb
 from wire import local_frames as frames
+
+from .raw_messages import SPLIT_MIN_BYTES, RawInferRequest, split_response
+from .sockets import send_parts
 
 __all__ = ["LocalChannel", "LocalRpcError", "LocalStub"]
 
@@ -58,13 +62,6 @@ def _read_exactly(connection: socket.socket, size: int) -> bytearray:
     return data
 
 
-def _send_all(connection: socket.socket, parts: list[bytes], total: int) -> None:
-    """``sendmsg`` may send part of a large call (a signal in between): send the rest."""
-    sent = connection.sendmsg(parts)
-    if sent < total:
-        connection.sendall(memoryview(b"".join(parts))[sent:])
-
-
 def _alive(connection: socket.socket) -> bool:
     """An idle connection with something to read was closed by the service (it stopped
     or restarted): one non-blocking peek tells."""
@@ -86,11 +83,29 @@ class _Method:
         self._name = path.encode()
         # protobuf parses any buffer; its stubs say bytes only.
         self._parse = cast(Callable[[memoryview], Message], output.FromString)
+        if output is pb.ModelInferResponse:
+            self._parse = _parse_infer_response
 
     def __call__(
-        self, request: Message, metadata: Sequence[tuple[str, str]] | None = None, **_: Any
+        self,
+        request: Message | RawInferRequest,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        **_: Any,
     ) -> Any:
-        return self._parse(self._stub.call(self._name, request.SerializeToString(), metadata))
+        if type(request) is RawInferRequest:  # the raw inputs sent from where they are
+            parts = request.parts()
+        else:
+            parts = [request.SerializeToString()]
+        return self._parse(self._stub.call(self._name, parts, metadata))
+
+
+def _parse_infer_response(answer: memoryview) -> Any:
+    """A large answer's raw outputs are read in place (raw_messages.py)."""
+    if len(answer) >= SPLIT_MIN_BYTES:
+        split = split_response(answer)
+        if split is not None:
+            return split
+    return pb.ModelInferResponse.FromString(answer)  # type: ignore[arg-type]
 
 
 class LocalStub:
@@ -115,13 +130,15 @@ class LocalChannel:
         self._closed = False
 
     def call(
-        self, method: bytes, payload: bytes, metadata: Sequence[tuple[str, str]] | None
+        self, method: bytes, payload: list[Any], metadata: Sequence[tuple[str, str]] | None
     ) -> memoryview:
+        """``payload``: the serialized message in one or more parts (bytes-like)."""
         meta = frames.encode_metadata(metadata)
-        head, total = frames.call_head(method, meta, len(payload))
+        size = sum(memoryview(p).nbytes for p in payload)
+        head, total = frames.call_head(method, meta, size)
         connection = self._take()
         try:
-            _send_all(connection, [head, method, meta, payload], total)
+            send_parts(connection, [head, method, meta, *payload], total)
             (size,) = frames.SIZE.unpack(_read_exactly(connection, 4))
             answer = _read_exactly(connection, size)
         except OSError as exc:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["StartError", "bind"]
+__all__ = ["StartError", "bind", "send_parts"]
 
 
 class StartError(Exception):
@@ -34,3 +37,27 @@ def bind(address: str, port: int, *, reuse_port: bool = False) -> socket.socket:
             raise StartError(f"Socket '{address}:{port}' already in use") from None
         raise StartError(f"cannot bind '{address}:{port}': {exc.strerror or exc}") from None
     return sock
+
+
+def send_parts(sock: socket.socket, parts: Sequence[Any], total: int = -1) -> None:
+    """Send bytes-like ``parts`` in order, each from where it is (no joined copy): one
+    ``sendmsg`` when the socket takes everything at once, the rest resumed where it
+    stopped (a full socket buffer, a signal). A TLS socket has no ``sendmsg``: each part
+    goes in turn (TCP_NODELAY is set, so the second write is not held back)."""
+    if isinstance(sock, ssl.SSLSocket):
+        for part in parts:
+            sock.sendall(part)
+        return
+    if total < 0:
+        total = sum(memoryview(p).nbytes for p in parts)
+    sent = sock.sendmsg(parts)
+    if sent >= total:
+        return
+    views = [memoryview(p).cast("B") for p in parts]
+    remaining = total - sent
+    while remaining > 0:
+        while views and sent >= views[0].nbytes:  # drop what went out whole
+            sent -= views.pop(0).nbytes
+        views[0] = views[0][sent:]
+        sent = sock.sendmsg(views)
+        remaining -= sent

@@ -24,6 +24,7 @@ from wire.datatypes import serialize_bytes_tensor
 
 from .binary import BinaryReader
 from .errors import GatewayError
+from .raw_messages import RawInferRequest
 from .tensors import DATATYPES, json_to_raw, raw_to_json
 
 __all__ = ["InferCall", "decode_infer", "encode_infer", "load_json", "set_parameter"]
@@ -38,15 +39,27 @@ _UINT64_MAX = 2**64 - 1
 @dataclass(slots=True)
 class InferCall:
     """The RPC request, plus how each output goes back (binary part, JSON data, or
-    nothing: an output in shared memory is written there by the service)."""
+    nothing: an output in shared memory is written there by the service). The request's
+    raw inputs stay out of ``message``, in ``raw``, until it is sent (raw_messages.py)."""
 
-    request: pb.ModelInferRequest
+    message: pb.ModelInferRequest
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
     shared_memory: set[str] = field(default_factory=set)
+    raw: list[bytes | memoryview] = field(default_factory=list)
 
     def output_is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
+
+    @property
+    def outgoing(self) -> RawInferRequest:
+        """The request for the service's local socket: the raw inputs sent uncopied."""
+        return RawInferRequest(self.message, self.raw)
+
+    @property
+    def request(self) -> pb.ModelInferRequest:
+        """The whole request as one protobuf message (a gRPC stub's; copies the inputs)."""
+        return self.outgoing.whole()
 
 
 def load_json(data: bytes | memoryview, what: str) -> Any:
@@ -145,7 +158,7 @@ def decode_infer(
     if not isinstance(inputs, list):
         _member(header, "inputs", "array", list)
     for item in inputs or ():
-        _decode_input(request, item, binary)
+        _decode_input(call, item, binary)
     binary.finish()
     outputs = doc.get("outputs", [])
     if not isinstance(outputs, list):
@@ -175,7 +188,7 @@ def _content_type_error(item: Any) -> GatewayError:
     return GatewayError(400, text)
 
 
-def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader) -> None:
+def _decode_input(call: InferCall, item: Any, binary: BinaryReader) -> None:
     # On the hot path: checks first, message strings only once something is wrong.
     if type(item) is not dict:
         raise _content_type_error(item)
@@ -200,7 +213,7 @@ def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
         shape = _member(item, "shape", "array", list)
         raise _unable("shape", _NOT_UINT)
-    tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
+    tensor = call.message.inputs.add(name=name, datatype=datatype, shape=shape)
     if _SHM_REGION in params:
         _check_shared_memory(params)
         # Triton's HTTP frontend reads a missing byte size as 0; the gRPC form needs it.
@@ -212,11 +225,11 @@ def _decode_input(request: pb.ModelInferRequest, item: Any, binary: BinaryReader
         if datatype not in DATATYPES:
             raise GatewayError(400, f"invalid datatype for input {name}")
         where = f"input '{name}'"
-        request.raw_input_contents.append(json_to_raw(item["data"], datatype, shape, where))
+        call.raw.append(json_to_raw(item["data"], datatype, shape, where))
     elif size is not None:
         if type(size) is not int or size < 0:
             raise _unable("binary_data_size", _NOT_UINT)
-        request.raw_input_contents.append(binary.take(size, name))
+        call.raw.append(binary.take(size, name))
     # a shared-memory input takes no raw_input_contents entry: the service reads the region
 
 
@@ -247,7 +260,7 @@ def _decode_output(call: InferCall, item: Any) -> None:
             )
         _check_shared_memory(params)
         call.shared_memory.add(name)
-    tensor = call.request.outputs.add(name=name)
+    tensor = call.message.outputs.add(name=name)
     for key, value in params.items():
         if key == "binary_data":
             call.binary[name] = _member(params, key, "boolean", bool)
@@ -268,7 +281,9 @@ def _json_parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
     return {key: parameter_value(value) for key, value in params.items()}
 
 
-def encode_infer(response: pb.ModelInferResponse, call: InferCall) -> tuple[bytes, list[bytes]]:
+def encode_infer(
+    response: pb.ModelInferResponse, call: InferCall
+) -> tuple[bytes, list[bytes | memoryview]]:
     """(JSON header, binary parts in output order) for a ModelInferResponse."""
     doc: dict[str, Any] = {}
     if response.id:
@@ -278,7 +293,7 @@ def encode_infer(response: pb.ModelInferResponse, call: InferCall) -> tuple[byte
     if response.parameters:
         doc["parameters"] = _json_parameters(response.parameters)
     raw = response.raw_output_contents
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     outputs = []
     for index, tensor in enumerate(response.outputs):
         out: dict[str, Any] = {
@@ -300,6 +315,7 @@ def encode_infer(response: pb.ModelInferResponse, call: InferCall) -> tuple[byte
             if params:
                 out["parameters"] = params
             where = f"output '{tensor.name}'"
+            data = data if type(data) is bytes else bytes(data)  # a view of a large answer
             out["data"] = raw_to_json(data, tensor.datatype, tensor.shape, where)
         outputs.append(out)
     doc["outputs"] = outputs

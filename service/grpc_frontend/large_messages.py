@@ -23,6 +23,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from inference import grpc_service_pb2 as pb
+from wire import raw_fields
 
 __all__ = [
     "SPLIT_MIN_BYTES",
@@ -34,33 +35,6 @@ __all__ = [
 
 #: Messages (requests) or raw outputs (responses) at least this large take the split path.
 SPLIT_MIN_BYTES = 256 << 10
-_RAW_INPUT_FIELD = 7
-_RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])  # field 6, length-delimited
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    """The varint at ``at`` and the offset after it; ValueError past the end or when
-    longer than 10 bytes (not protobuf)."""
-    value = 0
-    shift = 0
-    end = len(data)
-    while at < end and shift < 70:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise ValueError("truncated or overlong varint")
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class SplitInferRequest:
@@ -77,54 +51,24 @@ class SplitInferRequest:
         return getattr(self._message, name)
 
     def ByteSize(self) -> int:
-        return self._message.ByteSize() + sum(
-            1 + len(_encode_varint(len(r))) + len(r) for r in self.raw_input_contents
-        )
+        return self._message.ByteSize() + raw_fields.entries_size(self.raw_input_contents)
 
     def SerializeToString(self) -> bytes:
         """The message again (tracing, logging): raw entries after the other fields."""
-        parts: list[bytes | memoryview] = [self._message.SerializeToString()]
-        tag = bytes([(_RAW_INPUT_FIELD << 3) | 2])
-        for raw in self.raw_input_contents:
-            parts += [tag, _encode_varint(len(raw)), raw]
-        return b"".join(parts)
+        parts = raw_fields.entries(raw_fields.RAW_INPUT_FIELD, self.raw_input_contents)
+        return b"".join([self._message.SerializeToString(), *parts])
 
 
 def split_infer_request(data: bytes) -> SplitInferRequest | None:
     """``data`` as a split request; None where it does not walk as a well-formed message
     (protobuf's own parse then gives the refusal)."""
-    view = memoryview(data)
-    head: list[memoryview] = []
-    raw: list[memoryview] = []
-    at = 0
-    end = len(data)
+    found = raw_fields.split(data, raw_fields.RAW_INPUT_FIELD)
+    if found is None:
+        return None
+    head, raw = found
     try:
-        while at < end:
-            start = at
-            key, at = _varint(data, at)
-            kind = key & 7
-            if kind == 2:
-                size, at = _varint(data, at)
-                if at + size > end:
-                    return None
-                if key >> 3 == _RAW_INPUT_FIELD:
-                    raw.append(view[at : at + size])
-                    at += size
-                    continue
-                at += size
-            elif kind == 0:
-                _, at = _varint(data, at)
-            elif kind == 1:
-                at += 8
-            elif kind == 5:
-                at += 4
-            else:  # groups are not in this message
-                return None
-            if at > end:
-                return None
-            head.append(view[start:at])
-        message = pb.ModelInferRequest.FromString(b"".join(head))
-    except Exception:  # a malformed varint or a field protobuf refuses
+        message = pb.ModelInferRequest.FromString(head)
+    except Exception:  # a field protobuf refuses
         return None
     return SplitInferRequest(message, raw)
 
@@ -156,10 +100,8 @@ class WireInferResponse:
         self._full: pb.ModelInferResponse | None = None
 
     def serialize(self) -> bytes:
-        parts: list[bytes | memoryview] = [self.message.SerializeToString()]
-        for data in self.raw:
-            parts += [_RAW_OUTPUT_TAG, _encode_varint(len(data)), data]
-        return b"".join(parts)
+        parts = raw_fields.entries(raw_fields.RAW_OUTPUT_FIELD, self.raw)
+        return b"".join([self.message.SerializeToString(), *parts])
 
     def __getattr__(self, name: str) -> Any:
         if self._full is None:
