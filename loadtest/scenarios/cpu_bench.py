@@ -178,7 +178,8 @@ def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> lis
         bares.update({label: ["--uvloop", *flags] for label, (flags, _) in FLOORS.items()})
     servers = [Server(label, bare_servicer(label, *flags)) for label, flags in bares.items()]
     metrics = ["--allow-metrics=false"] if args.triton else []  # as Triton's
-    ours = ServerProcess([repo], extra_args=["--frontends", str(args.frontends), *metrics])
+    layout = ["--frontends", str(args.frontends), *metrics]  # ours and each baseline alike
+    ours = ServerProcess([repo], extra_args=layout)
     servers.insert(
         1, Server(f"ours{f' --frontends {args.frontends}' * bool(args.frontends)}", ours)
     )
@@ -189,7 +190,8 @@ def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> lis
     for ref in args.baseline_ref:
         tree = stack.enter_context(baseline_tree(ref))
         # Its own packages first (generated protos included), this environment's libraries.
-        old = ServerProcess([repo], env={"PYTHONPATH": f"{tree}{os.pathsep}{tree / 'protos'}"})
+        path = {"PYTHONPATH": f"{tree}{os.pathsep}{tree / 'protos'}"}
+        old = ServerProcess([repo], extra_args=layout, env=path)
         old.cwd = tree
         if not (tree / "service" / "supervisor.py").exists():  # older than --frontends
             at = old.args.index("--frontends")
