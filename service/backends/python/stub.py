@@ -50,7 +50,8 @@ class _Failure(pb_utils.TritonError):
 class Stub:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.commands: queue.Queue[tuple[tuple[Any, ...], int | None]] = queue.Queue()
+        # SimpleQueue: the reader hands every execute over; queue.Queue's Condition cost more.
+        self.commands: queue.SimpleQueue[tuple[tuple[Any, ...], int | None]] = queue.SimpleQueue()
         self.queries: dict[int, tuple[threading.Event, list[bool]]] = {}
         self.query_ids = itertools.count()
         self.model_class: Any = None
