@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from wire.heap import huge_pages_for_children
+
 from .config import GatewayConfig
 from .sockets import StartError, bind
 
@@ -81,6 +83,7 @@ def supervise(config: GatewayConfig, argv: Sequence[str]) -> int:
     ready_r, ready_w = os.pipe()
     life_r, life_w = os.pipe()
     args = [sys.executable, "-m", "gateway", *argv, "--http-port", str(port)]
+    huge_pages_for_children()  # large bodies are copied in the workers
     workers: list[subprocess.Popen[bytes]] = []
     for index in range(config.workers):
         env = {**os.environ, WORKER_ENV: f"{index},{config.workers},{ready_w},{life_r}"}

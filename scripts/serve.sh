@@ -19,6 +19,12 @@ for arg in "$@"; do
   esac
 done
 
+# Huge-page malloc in both processes (docs/decisions/045-huge-page-malloc.md): glibc reads
+# GLIBC_TUNABLES at start; SERVICE_MALLOC_HUGEPAGES=0 leaves it as it is.
+if [ "${SERVICE_MALLOC_HUGEPAGES:-1}" != "0" ] && [[ "${GLIBC_TUNABLES:-}" != *glibc.malloc.hugetlb* ]]; then
+  export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
+fi
+
 if [ "${SERVE_GATEWAY:-1}" = "0" ]; then
   exec .venv/bin/python -m service "${repository[@]}" "$@"
 fi

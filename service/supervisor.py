@@ -22,6 +22,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from wire.heap import huge_pages_for_children
+
 from .config import ServerConfig
 from .engine.main import run_engine
 from .frontend.main import run_frontend
@@ -327,4 +329,5 @@ class Supervisor:
 
 
 def supervise(config: ServerConfig) -> int:
+    huge_pages_for_children()  # the engine, the frontends and the model workers
     return Supervisor(config).run()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_info import cmdline, process_tree
 from server_process import REPO_ROOT, LoggedProcess
 
 SERVE = ["bash", str(REPO_ROOT / "scripts" / "serve.sh")]
@@ -59,6 +60,14 @@ def _connected(path: Path) -> int:
     return count
 
 
+def _tunables(pid: int) -> str:
+    """GLIBC_TUNABLES as process ``pid`` started with it."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if entry.startswith(b"GLIBC_TUNABLES="):
+            return entry.split(b"=", 1)[1].decode()
+    return ""
+
+
 def _infer(port: int) -> Any:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
@@ -91,6 +100,11 @@ def test_the_served_gateway_calls_over_the_local_socket(runtime_dir: Path) -> No
         assert stat.S_ISSOCK(expected.stat().st_mode)
         assert stat.S_IMODE(expected.stat().st_mode) == 0o600
         assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
+        # Every serving process runs with huge-page malloc (decision 045).
+        pythons = [pid for pid in process_tree(proc.pid) if "python" in cmdline(pid)]
+        assert len(pythons) >= 4, pythons  # supervisor, engine, frontend, gateway (+ workers)
+        for pid in pythons:
+            assert "glibc.malloc.hugetlb=1" in _tunables(pid), cmdline(pid)
         before = _connected(expected)
         outputs = {o["name"]: o["data"] for o in _infer(http_port)["outputs"]}
         assert outputs == {"OUTPUT0": [11, 22, 33], "OUTPUT1": [-9, -18, -27]}

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
-from wire.heap import HeapTrimmer
+import pytest
+
+from wire.heap import HUGE_PAGES_TUNABLE, HeapTrimmer, huge_page_tunables, huge_pages_for_children
 
 
 class _Recorder:
@@ -99,3 +104,23 @@ def test_freed_megabyte_buffers_are_reused_not_faulted_in_again() -> None:
     (reuse_freed_pages) the freed heap is reused."""
     default, fixed = _page_faults("default"), _page_faults("fixed")
     assert fixed * 10 < default, (fixed, default)
+
+
+def test_huge_page_malloc_is_added_to_the_tunables_children_get() -> None:
+    assert huge_page_tunables({}) == HUGE_PAGES_TUNABLE
+    both = huge_page_tunables({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    assert both == f"glibc.malloc.arena_max=2:{HUGE_PAGES_TUNABLE}"
+    assert huge_page_tunables({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) is None  # theirs
+    assert huge_page_tunables({"SERVICE_MALLOC_HUGEPAGES": "0"}) is None
+
+
+def test_huge_pages_for_children_sets_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("SERVICE_MALLOC_HUGEPAGES", raising=False)
+    huge_pages_for_children()
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ['GLIBC_TUNABLES'])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert child.stdout.strip() == "glibc.malloc.hugetlb=1"
