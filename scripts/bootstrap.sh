@@ -56,13 +56,15 @@ install_nginx() {
 
 make_venv .venv
 if [ "$what" = "test" ]; then
-  if ! stamp_ok .venv/.stamp-dev pyproject.toml; then
-    step_start "installing server + dev dependencies into .venv (about a minute)"
-    pip_quiet .venv/bin/python -m pip install -e ".[dev]"
-    .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy" || exit 1
+  # The framework backends' extras too (torch: its CPU build, tests/requirements-frameworks.txt),
+  # so that their tests run rather than skip (FRAMEWORK_TESTS=required in test.sh).
+  if ! stamp_ok .venv/.stamp-dev pyproject.toml tests/requirements-frameworks.txt; then
+    step_start "installing server + dev + framework dependencies into .venv (about two minutes)"
+    pip_quiet .venv/bin/python -m pip install -e ".[dev,torch]" -r tests/requirements-frameworks.txt
+    .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy, torch" || exit 1
     step_done
-    stamp_write .venv/.stamp-dev pyproject.toml
-    cp .venv/.stamp-dev .venv/.stamp-server
+    stamp_write .venv/.stamp-dev pyproject.toml tests/requirements-frameworks.txt
+    stamp_write .venv/.stamp-server pyproject.toml
   fi
   make_venv .venv-client
   if ! stamp_ok .venv-client/.stamp tests/requirements-client.txt; then

@@ -5,6 +5,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh" test
 cd "$ROOT"
 export SERVICE_PYTHON="$ROOT/.venv/bin/python"
+# bootstrap installed the framework extras: their tests must run, not skip (decision 046).
+export FRAMEWORK_TESTS=required
 
 echo "== buf lint";            npx --no-install buf lint
 echo "== generated code";      .venv/bin/python scripts/gen_protos.py --check

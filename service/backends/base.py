@@ -72,8 +72,9 @@ class TimedOutputs(dict[str, Array]):
 class ModelInstance(Protocol):
     spec: InstanceSpec
 
-    def signature(self) -> ModelSignature:
-        """The tensors the loaded model file declares (full shapes, -1 for dynamic)."""
+    def signature(self) -> ModelSignature | None:
+        """The tensors the loaded model file declares (full shapes, -1 for dynamic); None
+        for a format that declares none (TorchScript): no auto-complete then."""
         ...
 
     def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from .base import Backend
 
-__all__ = ["BackendUnavailable", "get_backend"]
+__all__ = ["BackendUnavailable", "get_backend", "missing_extra"]
 
 
 class BackendUnavailable(ValueError):
     """The config names a backend this installation cannot run."""
+
+
+def missing_extra(backend: str, framework: str, extra: str, exc: ImportError) -> BackendUnavailable:
+    """A framework backend whose package is not installed: the model's load fails with
+    the extra that brings it (the base install stays lean: decision 046)."""
+    return BackendUnavailable(
+        f"backend '{backend}' is not available in this installation: {framework} is not "
+        f"installed ({exc.name or exc}); install the '{extra}' extra "
+        f"(pip install '.[{extra}]')"
+    )
 
 
 def get_backend(name: str) -> Backend:
@@ -24,6 +34,12 @@ def get_backend(name: str) -> Backend:
         from .builtin import builtin_backend
 
         return builtin_backend(name)
+    if name == "pytorch":
+        try:
+            from .pytorch.backend import PyTorchBackend
+        except ImportError as exc:
+            raise missing_extra(name, "PyTorch", "torch", exc) from exc
+        return PyTorchBackend()
     if name == "tensorrt":
         raise BackendUnavailable(
             "backend 'tensorrt' is not available in this installation "

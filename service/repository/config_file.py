@@ -15,9 +15,18 @@ from .layout import ModelDirectory
 __all__ = ["ConfigError", "read_config"]
 
 # platform <-> backend pairs Triton treats as the same thing, and each one's default file.
-_PLATFORM_BACKEND = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt"}
-_DEFAULT_FILENAME = {"onnxruntime": "model.onnx", "tensorrt": "model.plan", "python": "model.py"}
-_SUFFIX_BACKEND = {".onnx": "onnxruntime", ".plan": "tensorrt"}
+_PLATFORM_BACKEND = {
+    "onnxruntime_onnx": "onnxruntime",
+    "tensorrt_plan": "tensorrt",
+    "pytorch_libtorch": "pytorch",
+}
+_DEFAULT_FILENAME = {
+    "onnxruntime": "model.onnx",
+    "tensorrt": "model.plan",
+    "python": "model.py",
+    "pytorch": "model.pt",
+}
+_SUFFIX_BACKEND = {".onnx": "onnxruntime", ".plan": "tensorrt", ".pt": "pytorch"}
 
 
 class ConfigError(ValueError):

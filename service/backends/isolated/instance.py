@@ -162,7 +162,7 @@ class IsolatedInstance:
         """False once the worker's end was seen (a new one starts with the next batch)."""
         return self._worker is not None and not self._worker.ended
 
-    def _start(self) -> ModelSignature:
+    def _start(self) -> ModelSignature | None:
         """A new worker with the model open in it; ValueError (the backend's own text)
         when it cannot open it."""
         worker = _Worker(self._label)
@@ -181,10 +181,10 @@ class IsolatedInstance:
             raise ValueError(reply[3])
         self._worker = worker
         self._broken = False
-        signature: ModelSignature = reply[2]
+        signature: ModelSignature | None = reply[2]
         return signature
 
-    def signature(self) -> ModelSignature:
+    def signature(self) -> ModelSignature | None:
         return self._signature
 
     def _live_worker(self) -> _Worker:
