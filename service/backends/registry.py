@@ -40,6 +40,12 @@ def get_backend(name: str) -> Backend:
         except ImportError as exc:
             raise missing_extra(name, "PyTorch", "torch", exc) from exc
         return PyTorchBackend()
+    if name == "tensorflow":
+        try:
+            from .tensorflow.backend import TensorFlowBackend
+        except ImportError as exc:
+            raise missing_extra(name, "TensorFlow", "tensorflow", exc) from exc
+        return TensorFlowBackend()
     if name == "tensorrt":
         raise BackendUnavailable(
             "backend 'tensorrt' is not available in this installation "

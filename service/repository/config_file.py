@@ -19,14 +19,21 @@ _PLATFORM_BACKEND = {
     "onnxruntime_onnx": "onnxruntime",
     "tensorrt_plan": "tensorrt",
     "pytorch_libtorch": "pytorch",
+    "tensorflow_savedmodel": "tensorflow",
 }
 _DEFAULT_FILENAME = {
     "onnxruntime": "model.onnx",
     "tensorrt": "model.plan",
     "python": "model.py",
     "pytorch": "model.pt",
+    "tensorflow": "model.savedmodel",
 }
-_SUFFIX_BACKEND = {".onnx": "onnxruntime", ".plan": "tensorrt", ".pt": "pytorch"}
+_SUFFIX_BACKEND = {
+    ".onnx": "onnxruntime",
+    ".plan": "tensorrt",
+    ".pt": "pytorch",
+    ".savedmodel": "tensorflow",
+}
 
 
 class ConfigError(ValueError):

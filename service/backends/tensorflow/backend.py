@@ -1,0 +1,176 @@
+"""TensorFlow SavedModel instances: one TensorFlow session per instance, as Triton's
+tensorflow backend runs them (tensorflow_backend r24.10).
+
+* Loading: the MetaGraph of tag TF_GRAPH_TAG (default ``serve``) is loaded into a session
+  of its own graph (``tf.compat.v1.saved_model.loader``: TensorFlow's C++ LoadSavedModel,
+  which Triton calls); the served SignatureDef is ``rules.choose_signature``'s.
+* Names: the config names tensors by their signature keys; execution feeds and fetches the
+  graph tensors those keys map to (Triton's ``inmodel_name_``).
+* Threads: the session's intra- and inter-op pools are its own (per-session threads) and
+  sized to the instance's share of the cores unless TF_NUM_INTRA_THREADS /
+  TF_NUM_INTER_THREADS say, so that instances do not oversubscribe the machine.
+
+``Session.run`` releases the GIL, so instances in worker threads run in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info lines off
+
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+
+from inference import model_config_pb2 as mc
+
+from ...errors import Internal, ServerError, Unavailable
+from ...repository.completion import ModelSignature
+from ..base import Array, InstanceSpec
+from ..pytorch.naming import load_error
+from .rules import (
+    DEFAULT_TAG,
+    SignatureTensor,
+    TfOptions,
+    choose_signature,
+    datatype_of,
+    parse_options,
+    tensor_spec,
+)
+
+__all__ = ["TensorFlowBackend", "TensorFlowInstance"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FILENAME = "model.savedmodel"
+
+
+def _entries(model: str, kind: str, tensors: Any) -> list[SignatureTensor]:
+    """A SignatureDef's inputs or outputs (a map of key -> TensorInfo), in key order."""
+    entries = []
+    for key in sorted(tensors):
+        info = tensors[key]
+        dtype_name = types_pb2.DataType.Name(info.dtype)
+        shape = info.tensor_shape
+        dims = None if shape.unknown_rank else tuple(int(d.size) for d in shape.dim)
+        entries.append(
+            SignatureTensor(key, info.name, datatype_of(model, kind, key, dtype_name), dims)
+        )
+    return entries
+
+
+class TensorFlowBackend:
+    name = "tensorflow"
+
+    @property
+    def supports_gpu(self) -> bool:
+        return bool(tf.config.list_physical_devices("GPU"))
+
+    def open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> TensorFlowInstance:
+        try:
+            return self._open(config, version_path, spec)
+        except ServerError as exc:
+            raise load_error(exc) from None
+
+    def _open(
+        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
+    ) -> TensorFlowInstance:
+        options = parse_options(config)
+        model_path = version_path / (config.default_model_filename or DEFAULT_FILENAME)
+        if not model_path.exists():
+            raise Unavailable(f"unable to find '{model_path}' for model instance '{spec.name}'")
+        session, signature = _load(config.name, model_path, options, spec)
+        inputs = _entries(config.name, "input", signature.inputs)
+        outputs = _entries(config.name, "output", signature.outputs)
+        log.info(
+            "model '%s' instance '%s' (%s): SavedModel %s, %d intra-op / %d inter-op threads",
+            config.name,
+            spec.name,
+            spec.kind.removeprefix("KIND_"),
+            model_path.name,
+            options.intra_op_threads or spec.threads,
+            options.inter_op_threads or spec.threads,
+        )
+        return TensorFlowInstance(config, spec, session, inputs, outputs)
+
+
+def _load(model: str, path: Path, options: TfOptions, spec: InstanceSpec) -> tuple[Any, Any]:
+    """A session holding the SavedModel's MetaGraph, and the SignatureDef it serves."""
+    device = "/cpu:0" if spec.kind != "KIND_GPU" else f"/gpu:{spec.device_id}"
+    session_config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=options.intra_op_threads or spec.threads,
+        inter_op_parallelism_threads=options.inter_op_threads or spec.threads,
+        use_per_session_threads=options.per_session_threads,
+        allow_soft_placement=True,
+    )
+    graph = tf.Graph()
+    session = tf.compat.v1.Session(graph=graph, config=session_config)
+    try:
+        with graph.as_default(), graph.device(device):
+            meta = tf.compat.v1.saved_model.loader.load(
+                session, [options.graph_tag or DEFAULT_TAG], str(path)
+            )
+    except Exception as exc:
+        session.close()
+        raise Internal(str(exc).strip()) from None
+    chosen = choose_signature(model, list(meta.signature_def), options.signature_def)
+    for line in chosen.warnings:
+        log.warning("%s", line)
+    return session, meta.signature_def[chosen.key]
+
+
+class TensorFlowInstance:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        spec: InstanceSpec,
+        session: Any,
+        inputs: list[SignatureTensor],
+        outputs: list[SignatureTensor],
+    ) -> None:
+        self.spec = spec
+        self._session = session
+        batched = config.max_batch_size > 0
+        self._signature = ModelSignature(
+            inputs=[tensor_spec(e, config.input, batched) for e in inputs],
+            outputs=[tensor_spec(e, config.output, batched) for e in outputs],
+        )
+        self._feeds = {e.key: e.tensor for e in inputs}
+        self._fetches = {e.key: e.tensor for e in outputs}
+
+    def signature(self) -> ModelSignature:
+        """The SignatureDef's tensors by key: what auto-complete fills the config from."""
+        return self._signature
+
+    def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
+        feeds = {self._feeds[name]: array for name, array in inputs.items() if name in self._feeds}
+        fetches = [self._fetches[name] for name in outputs]
+        try:
+            results = self._session.run(fetches, feed_dict=feeds)
+        except Exception as exc:
+            raise Internal(f"TensorFlow execute failure: {_first_line(exc)}") from exc
+        return {name: _array(value) for name, value in zip(outputs, results, strict=True)}
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+def _array(value: Any) -> Array:
+    """Session results are numpy arrays (strings as bytes objects); a scalar becomes one."""
+    array: Array = np.asarray(value)
+    return array
+
+
+def _first_line(exc: Exception) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return str(message).strip().splitlines()[0] if message else type(exc).__name__
