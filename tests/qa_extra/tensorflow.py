@@ -12,6 +12,9 @@ gen_qa_models.py's TF paths with numpy 2), named by ``TRITON_QA_GEN_PYTHON``
 - infer_savedmodel: qa/L0_infer's InferTest with BACKENDS=savedmodel ENSEMBLES=0, every
   savedmodel model of gen_qa_models.py with ``instance_group [ { kind: KIND_CPU }]``
   (the version tests included: savedmodel_int32_int32_int32 has three versions).
+- batcher_savedmodel / batcher_delayed_savedmodel: qa/L0_batcher, BACKENDS=savedmodel, its
+  models/ repository (savedmodel_float32_float32_float32, preferred sizes 2 and 6); the
+  delayed tests with test.sh's TRITONSERVER_DELAY_SCHEDULER.
 - sequence_batcher_savedmodel: qa/L0_sequence_batcher, BACKENDS=savedmodel (its test.sh's
   datatypes for savedmodel: float32 and bool), model trial 1.
 - sequence_batcher_savedmodel_nobatch: the same, the nobatch models, trial 0 (4 instances).
@@ -21,7 +24,17 @@ Left out: graphdef (``tensorflow_graphdef`` is not built), the ensembles of L0_i
 """
 
 import manifest
-from manifest import SEQ_NO_DELAY, Suite, _seq_env, instance_count
+from manifest import (
+    BATCHER_DELAY,
+    BATCHER_ENV,
+    BATCHER_NO_DELAY,
+    SEQ_NO_DELAY,
+    Suite,
+    _delay_env,
+    _seq_env,
+    echoes,
+    instance_count,
+)
 
 manifest.GENERATORS.setdefault(
     "qa_model_repository_savedmodel", ["gen_qa_models.py", "--savedmodel", "--models_dir={out}"]
@@ -40,6 +53,17 @@ def repo_infer_savedmodel(r):
         if model.startswith("savedmodel"):
             r.copy(os.path.join(root, model), model)
             r.append(f"{model}/config.pbtxt", "instance_group [ { kind: KIND_CPU }]")
+
+
+def repo_batcher_savedmodel(r):
+    """L0_batcher/test.sh's models/ for BACKENDS=savedmodel."""
+    m = "savedmodel_float32_float32_float32"
+    r.copy(r.gen("qa_model_repository_savedmodel", m), m)
+    cfg = f"{m}/config.pbtxt"
+    r.sub(cfg, r"^max_batch_size:.*", "max_batch_size: 8")
+    r.sub(cfg, r"^version_policy:.*", "version_policy: { specific { versions: [1] }}")
+    text = echoes(r, "L0_batcher/test.sh", "models && mkdir models", "preferred_batch_only_models")
+    r.append(cfg, text)
 
 
 def repo_sequence_savedmodel(r):
@@ -112,6 +136,33 @@ NOT_VALIDATED = [
         default=False,
         reference="not-validated",
         note=_NOTE,
+    ),
+    Suite(
+        "batcher_savedmodel",
+        "L0_batcher",
+        "batcher_test.py",
+        [f"BatcherTest::{t}" for t in BATCHER_NO_DELAY],
+        repo_batcher_savedmodel,
+        env=dict(BATCHER_ENV, BACKENDS="savedmodel", BATCHER_TYPE="FIXED"),
+        restart="test",
+        timeout=120,
+        default=False,
+        reference="not-validated",
+        note=_NOTE + "; BACKENDS=savedmodel",
+    ),
+    Suite(
+        "batcher_delayed_savedmodel",
+        "L0_batcher",
+        "batcher_test.py",
+        [f"BatcherTest::{t}" for t in BATCHER_DELAY],
+        repo_batcher_savedmodel,
+        env=dict(BATCHER_ENV, BACKENDS="savedmodel", BATCHER_TYPE="FIXED"),
+        test_env=_delay_env(BATCHER_DELAY),
+        restart="test",
+        timeout=120,
+        default=False,
+        reference="not-validated",
+        note=_NOTE + "; BACKENDS=savedmodel, TRITONSERVER_DELAY_SCHEDULER per test",
     ),
     *(
         Suite(
