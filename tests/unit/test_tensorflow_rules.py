@@ -12,6 +12,7 @@ from inference import model_config_pb2 as mc
 from service.backends.registry import BackendUnavailable, get_backend
 from service.backends.tensorflow.rules import (
     SignatureTensor,
+    check_config,
     choose_signature,
     datatype_of,
     parse_options,
@@ -80,6 +81,37 @@ def test_datatypes_and_shapes() -> None:
     config = _config('input { name: "X" data_type: TYPE_INT32 dims: [ 2, 3 ] }')
     assert tensor_spec(unknown, config.input, True).shape == (-1, 2, 3)
     assert tensor_spec(unknown, config.input, False).shape == (2, 3)
+
+
+def test_config_names_and_datatypes_against_the_signature() -> None:
+    inputs = [
+        SignatureTensor("INPUT0", "serving_default_INPUT0:0", "FP32", (-1, 4)),
+        SignatureTensor("TEXT", "serving_default_TEXT:0", "BYTES", (-1,)),
+    ]
+    outputs = [SignatureTensor("OUTPUT0", "Identity:0", "FP32", (-1, 4))]
+    check_config(
+        _config(
+            'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }\n'
+            'input { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] }\n'
+            'output { name: "OUTPUT0" }'  # no datatype yet: auto-complete fills it
+        ),
+        inputs,
+        outputs,
+    )
+    with pytest.raises(
+        InvalidArgument,
+        match="unable to load model 'm', configuration expects datatype TYPE_INT32 for input "
+        "'INPUT0', model provides TYPE_FP32",
+    ):
+        check_config(_config('input { name: "INPUT0" data_type: TYPE_INT32 }'), inputs, outputs)
+    with pytest.raises(
+        InvalidArgument,
+        match="unexpected inference input 'serving_default_INPUT0:0', allowed inputs are: "
+        "INPUT0, TEXT",
+    ):
+        check_config(_config('input { name: "serving_default_INPUT0:0" }'), inputs, outputs)
+    with pytest.raises(InvalidArgument, match=r"allowed outputs are: OUTPUT0$"):
+        check_config(_config('output { name: "OUT" }'), inputs, outputs)
 
 
 def test_missing_tensorflow_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,6 +38,7 @@ from .rules import (
     DEFAULT_TAG,
     SignatureTensor,
     TfOptions,
+    check_config,
     choose_signature,
     datatype_of,
     parse_options,
@@ -90,6 +91,11 @@ class TensorFlowBackend:
         session, signature = _load(config.name, model_path, options, spec)
         inputs = _entries(config.name, "input", signature.inputs)
         outputs = _entries(config.name, "output", signature.outputs)
+        try:
+            check_config(config, inputs, outputs)
+        except ServerError:
+            session.close()
+            raise
         log.info(
             "model '%s' instance '%s' (%s): SavedModel %s, %d intra-op / %d inter-op threads",
             config.name,

@@ -6,6 +6,7 @@
 * ``choose_signature``: the SignatureDef to serve: TF_SIGNATURE_DEF, else
   ``serving_default``, else (only when the parameter is unset) the first signature that is
   not the init or train op's, with Triton's warnings; its error text otherwise.
+* ``check_config``: ValidateTRITONTFModel's name and datatype checks, with its texts.
 * ``tensor_spec``: a signature entry as the config sees it. Triton names a tensor by its
   signature *key* (``INPUT0``), never by the graph tensor the key maps to
   (``serving_default_INPUT0:0``); a shape of unknown rank is rank 0, which Triton fills
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inference import model_config_pb2 as mc
+from wire import datatypes
 
 from ...errors import Internal, InvalidArgument
 from ...types import TensorSpec
@@ -28,6 +30,7 @@ __all__ = [
     "DEFAULT_TAG",
     "SignatureTensor",
     "TfOptions",
+    "check_config",
     "choose_signature",
     "datatype_of",
     "parse_options",
@@ -151,3 +154,33 @@ def tensor_spec(
             dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
             return TensorSpec(entry.key, entry.datatype, ((-1,) if batched else ()) + tuple(dims))
     return TensorSpec(entry.key, entry.datatype, ())
+
+
+def check_config(
+    config: mc.ModelConfig, inputs: Sequence[SignatureTensor], outputs: Sequence[SignatureTensor]
+) -> None:
+    """The config's tensors against the SignatureDef: every name a key of it
+    (CheckAllowedModelInput / Output), every datatype the key's. A tensor without a
+    datatype is auto-complete's to fill; the shapes, the input count and the controls are
+    the shared ``check_against_signature``'s."""
+    for kind, configured, entries in (
+        ("input", config.input, inputs),
+        ("output", config.output, outputs),
+    ):
+        known = {e.key: e for e in entries}
+        for tensor in configured:
+            entry = known.get(tensor.name)
+            if entry is None:
+                raise InvalidArgument(
+                    f"unexpected inference {kind} '{tensor.name}', allowed {kind}s are: "
+                    + ", ".join(sorted(known))
+                )
+            if tensor.data_type == mc.TYPE_INVALID:
+                continue
+            expected = mc.DataType.Name(tensor.data_type)
+            provided = datatypes.config_type_for(entry.datatype)
+            if expected != provided:
+                raise InvalidArgument(
+                    f"unable to load model '{config.name}', configuration expects datatype "
+                    f"{expected} for {kind} '{tensor.name}', model provides {provided}"
+                )
