@@ -110,7 +110,8 @@ class TensorFlowBackend:
 
 def _load(model: str, path: Path, options: TfOptions, spec: InstanceSpec) -> tuple[Any, Any]:
     """A session holding the SavedModel's MetaGraph, and the SignatureDef it serves."""
-    device = "/cpu:0" if spec.kind != "KIND_GPU" else f"/gpu:{spec.device_id}"
+    # KIND_MODEL: the graph's own placement (Triton's MODEL_DEVICE).
+    device = {"KIND_GPU": f"/gpu:{spec.device_id}", "KIND_MODEL": None}.get(spec.kind, "/cpu:0")
     session_config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=options.intra_op_threads or spec.threads,
         inter_op_parallelism_threads=options.inter_op_threads or spec.threads,
@@ -127,7 +128,11 @@ def _load(model: str, path: Path, options: TfOptions, spec: InstanceSpec) -> tup
     except Exception as exc:
         session.close()
         raise Internal(str(exc).strip()) from None
-    chosen = choose_signature(model, list(meta.signature_def), options.signature_def)
+    try:
+        chosen = choose_signature(model, list(meta.signature_def), options.signature_def)
+    except ServerError:
+        session.close()
+        raise
     for line in chosen.warnings:
         log.warning("%s", line)
     return session, meta.signature_def[chosen.key]
