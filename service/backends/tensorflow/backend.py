@@ -49,6 +49,10 @@ __all__ = ["TensorFlowBackend", "TensorFlowInstance"]
 
 log = logging.getLogger(__name__)
 
+# TensorFlow's Python deprecation notices (the v1 loader is Triton's C++ loader's face, on
+# purpose) would land in the server log at every load.
+tf.get_logger().setLevel(logging.ERROR)
+
 DEFAULT_FILENAME = "model.savedmodel"
 
 
