@@ -30,7 +30,7 @@ from ..repository.layout import (
 )
 from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea, StagingFailure
-from ..repository.version_policy import select_versions
+from ..repository.version_policy import missing_versions, select_versions
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
 from .dependencies import dependency_waves, with_composing
@@ -544,6 +544,12 @@ class ModelManager:
             entry.reason = str(exc)
             log.error("model '%s' unavailable: %s", directory.name, entry.reason)
             return entry
+        for number in missing_versions(config.version_policy, directory.versions):
+            log.error(  # Triton's text (model_lifecycle.cc); the versions present still load
+                "version %d is specified for model '%s', but the version directory is not present",
+                number,
+                directory.key,
+            )
         if not versions:  # Triton's lifecycle refuses it as a load failure (INVALID_ARG)
             entry.versionless = True
             entry.reason = (

@@ -16,7 +16,7 @@ from service.repository.completion import (
 )
 from service.repository.config_file import ConfigError, read_config
 from service.repository.layout import ModelDirectory, discover_models
-from service.repository.version_policy import select_versions
+from service.repository.version_policy import missing_versions, select_versions
 from service.types import TensorSpec
 
 
@@ -245,11 +245,22 @@ def test_select_specific() -> None:
     assert select_versions(policy, [1, 2, 3, 4]) == [1, 3]
 
 
-def test_select_specific_missing_folder() -> None:
-    policy = _policy("specific { versions: [1, 4, 7] }")
-    with pytest.raises(ValueError) as info:
-        select_versions(policy, [1, 2, 3])
-    assert str(info.value) == "version_policy.specific names versions with no folder: 4, 7"
+def test_select_specific_missing_folder_loads_the_others() -> None:
+    """Triton's core loads the named versions that have a folder and logs the others."""
+    policy = _policy("specific { versions: [7, 1, 4, 7] }")
+    assert select_versions(policy, [1, 2, 3]) == [1]
+    assert missing_versions(policy, [1, 2, 3]) == [7, 4]
+
+
+def test_select_specific_no_folder_at_all_is_empty() -> None:
+    policy = _policy("specific { versions: [4] }")
+    assert select_versions(policy, [1, 2]) == []
+    assert missing_versions(policy, [1, 2]) == [4]
+
+
+def test_missing_versions_only_for_specific() -> None:
+    assert missing_versions(_policy("latest { num_versions: 3 }"), [1]) == []
+    assert missing_versions(_policy("all { }"), []) == []
 
 
 def test_select_latest_zero_is_refused() -> None:
