@@ -403,6 +403,51 @@ def test_check_accepts_config_listing_only_some_outputs() -> None:
     _check(_GOOD.replace('output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }]', ""))
 
 
+_SCALARS = _sig([("INPUT", "FP32", ())], [("OUTPUT", "FP32", ())])
+
+
+@pytest.mark.parametrize(
+    "dims",
+    ["dims: [1]", "dims: [1, 1]", "dims: [-1] reshape: { shape: [1] }"],
+)
+def test_check_scalar_tensors_take_config_dims_of_ones(dims: str) -> None:
+    """Triton's ONNX Runtime backend: a scalar's config dims (or reshape) are all 1."""
+    _check(
+        f'input [{{ name: "INPUT" data_type: TYPE_FP32 {dims} }}]\n'
+        f'output [{{ name: "OUTPUT" data_type: TYPE_FP32 {dims} }}]',
+        _SCALARS,
+    )
+
+
+@pytest.mark.parametrize(("kind", "dims"), [("input", "[2]"), ("output", "[1,3]")])
+def test_check_scalar_tensor_with_a_dim_other_than_1(kind: str, dims: str) -> None:
+    tensors = {"input": "dims: [1]", "output": "dims: [1]"}
+    tensors[kind] = f"dims: {dims}"
+    text = (
+        f'name: "m"\ninput [{{ name: "INPUT" data_type: TYPE_FP32 {tensors["input"]} }}]\n'
+        f'output [{{ name: "OUTPUT" data_type: TYPE_FP32 {tensors["output"]} }}]'
+    )
+    with pytest.raises(ConfigError) as info:
+        _check(text, _SCALARS)
+    assert str(info.value) == (
+        f"unable to load model 'm', scalar tensor '{kind.upper()}', should only provide 1 in "
+        "the model configuration when the model doesn't support batching. Model "
+        f"configuration provided: {dims}."
+    )
+
+
+def test_check_scalar_datatype_still_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(
+            'input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]\n'
+            'output [{ name: "OUTPUT" data_type: TYPE_FP32 dims: [1] }]',
+            _SCALARS,
+        )
+    assert str(info.value) == (
+        "input 'INPUT' has data type INT32 in config, but the model declares FP32"
+    )
+
+
 def test_check_datatype_mismatch() -> None:
     with pytest.raises(ConfigError) as info:
         _check(_GOOD.replace('"INPUT1" data_type: TYPE_FP32', '"INPUT1" data_type: TYPE_INT32'))

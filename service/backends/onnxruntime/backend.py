@@ -38,6 +38,7 @@ from .providers import (
     choose_providers,
     cuda_graphs_enabled,
 )
+from .scalars import ScalarShapes
 from .tensor_types import tensor_spec
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeInstance"]
@@ -180,7 +181,7 @@ class OnnxRuntimeBackend:
             ", ".join(session.get_providers()),
             runner.description if runner is not None else "session.run",
         )
-        return OnnxRuntimeInstance(config.name, spec, session, runner)
+        return OnnxRuntimeInstance(config.name, spec, session, runner, config)
 
 
 class OnnxRuntimeInstance:
@@ -190,6 +191,7 @@ class OnnxRuntimeInstance:
         spec: InstanceSpec,
         session: ort.InferenceSession,
         runner: Runner | None = None,
+        config: mc.ModelConfig | None = None,
     ) -> None:
         self.spec = spec
         self.runner = runner
@@ -200,6 +202,8 @@ class OnnxRuntimeInstance:
         self._outputs = self._specs(session.get_outputs())
         self._types = {s.name: s.datatype for s in (*self._inputs, *self._outputs)}
         self._bf16 = "BF16" in self._types.values()
+        scalars = ScalarShapes(config, self._inputs, self._outputs)
+        self._scalars = scalars if scalars.inputs or scalars.outputs else None
 
     @staticmethod
     def _specs(args: Sequence[Any]) -> list[TensorSpec]:
@@ -227,9 +231,13 @@ class OnnxRuntimeInstance:
                 results = self._session.run(list(outputs), feeds)
         except Exception as exc:
             raise Internal(f"onnx runtime error: {exc}") from exc
+        if self._scalars is not None:
+            results = [self._scalars.result(n, r) for n, r in zip(outputs, results, strict=True)]
         return dict(zip(outputs, results, strict=True))
 
     def _to_ort(self, name: str, array: Array) -> Array:
+        if self._scalars is not None:
+            array = self._scalars.feed(name, array)
         if self._types.get(name) != "BYTES":
             return array
         # ORT's Python API takes str, not bytes, for string tensors.
