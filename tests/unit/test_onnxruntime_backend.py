@@ -307,6 +307,22 @@ def test_thread_count_parameters_parsed(tmp_path: Path, captured: list[dict[str,
     assert call["options"].inter_op_num_threads == 2
 
 
+@pytest.mark.parametrize(("given", "spin"), [(None, "0"), ("true", "1"), ("false", "0")])
+def test_allow_spinning_read_without_touching_the_config(
+    tmp_path: Path, captured: list[dict[str, Any]], given: str | None, spin: str
+) -> None:
+    """The config the instance opens with is the one clients are shown: reading a
+    parameter must not add it (a protobuf map's [] does)."""
+    config = make_config(**({} if given is None else {"allow_spinning": given}))
+    before = config.SerializeToString(deterministic=True)
+    open_model(tmp_path, models.identity_model("FP32", [2]), config).close()
+    assert config.SerializeToString(deterministic=True) == before
+    (call,) = captured
+    options = call["options"]
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spin
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == spin
+
+
 @pytest.mark.parametrize("key", ["intra_op_thread_count", "inter_op_thread_count"])
 def test_bad_thread_count_parameter(tmp_path: Path, key: str) -> None:
     config = make_config(**{key: "many"})

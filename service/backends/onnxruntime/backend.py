@@ -76,9 +76,9 @@ def _session_options(config: mc.ModelConfig, spec: InstanceSpec) -> ort.SessionO
     )
     options.log_severity_level = 3
     # Spinning worker threads burn a core between runs; the event loop needs it more.
-    spin = "1" if config.parameters["allow_spinning"].string_value == "true" else "0"
-    if "allow_spinning" not in config.parameters:
-        spin = "0"
+    # (.get: reading a map entry with [] would add it to the config clients are shown.)
+    given = config.parameters.get("allow_spinning")
+    spin = "1" if given is not None and given.string_value == "true" else "0"
     options.add_session_config_entry("session.intra_op.allow_spinning", spin)
     options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     return options
