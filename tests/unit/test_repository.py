@@ -8,6 +8,7 @@ import pytest
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
+from service.errors import InvalidArgument
 from service.repository.completion import (
     DEFAULT_MAX_BATCH_SIZE,
     ModelSignature,
@@ -16,6 +17,7 @@ from service.repository.completion import (
 )
 from service.repository.config_file import ConfigError, read_config
 from service.repository.layout import ModelDirectory, discover_models
+from service.repository.load_parameters import config_override, file_contents
 from service.repository.version_policy import missing_versions, select_versions
 from service.types import TensorSpec
 
@@ -555,3 +557,24 @@ def test_check_empty_reshape_for_rank1_batched_tensor() -> None:
         "reshape: { shape: [] } }]",
         signature,
     )
+
+
+# --------------------------------------------------------------------------- load parameters
+
+
+def test_config_override_parses_json_into_a_model_config() -> None:
+    config = config_override("m", '{"name": "m", "max_batch_size": 4, "backend": "python"}')
+    assert (config.name, config.max_batch_size, config.backend) == ("m", 4, "python")
+
+
+def test_config_override_that_is_not_a_model_config() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        config_override("m", '{"max_batch_size": "many"}')
+    assert info.value.message.startswith(
+        "failed to load 'm': parameter 'config' is not a valid ModelConfig: "
+    )
+
+
+def test_file_contents_keeps_the_file_parameters_by_their_path() -> None:
+    given = {"file:1/model.py": b"x", "config": b"{}", "file:2/a/b.txt": b"y"}
+    assert file_contents(given) == {"1/model.py": b"x", "2/a/b.txt": b"y"}
