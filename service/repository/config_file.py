@@ -25,6 +25,7 @@ _DEFAULT_FILENAME = {
     "tensorrt": "model.plan",
     "python": "model.py",
     "pytorch": "model.pt",
+    "openvino": "model.xml",
 }
 _SUFFIX_BACKEND = {".onnx": "onnxruntime", ".plan": "tensorrt", ".pt": "pytorch"}
 
