@@ -49,7 +49,23 @@ def _mlp() -> ov.Model:
     return model
 
 
+def _accumulate() -> ov.Model:
+    """Implicit state with a START control (no batch dimension): OUTPUT = the running sum
+    of INPUT since the sequence started, kept in STATE / OUTPUT_STATE."""
+    value = ops.parameter([1], np.int32, name="INPUT")
+    start = ops.parameter([1], np.int32, name="START")
+    held = ops.parameter([1], np.int32, name="STATE")
+    zero = ops.constant(np.zeros(1, np.int32))
+    state = ops.select(ops.not_equal(start, zero), zero, held)
+    total = ops.add(state, value)
+    total.output(0).get_tensor().set_names({"OUTPUT"})
+    again = ops.add(state, value)
+    again.output(0).get_tensor().set_names({"OUTPUT_STATE"})
+    return ov.Model([total, again], [value, start, held], "accumulate")
+
+
 MODELS = {
+    "accumulate": _accumulate,
     "dynamic_batch": lambda: _add_sub(None),
     "fixed_batch": lambda: _add_sub(1),
     "nobatch": lambda: _add_sub(0),

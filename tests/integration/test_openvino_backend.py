@@ -1,8 +1,8 @@
 """The OpenVINO backend (``backend: "openvino"``) through tritonclient: IR models written
 by openvino's own API (tests/framework_models/openvino_models.py) and an ONNX model read
 by OpenVINO; Triton's fixed batch (ENABLE_BATCH_PADDING), its parameters and load errors,
-auto-complete, dynamic batching with two instances, an ensemble step, and instances in
-worker processes.
+auto-complete, dynamic batching with two instances, sequence controls with implicit
+state, an ensemble step, and instances in worker processes.
 """
 
 from __future__ import annotations
@@ -82,6 +82,18 @@ def test_serves_batches_parameters_and_errors(tmp_path: Path) -> None:
         *(f"{n}:nobatch" for n in ("bad_streams", "bad_hint", "unknown_input", "bad_dims")),
         "bad_type:nobatch",
         "too_many:nobatch",
+        "accumulate",
+    )
+    _write(
+        tmp_path,
+        "accumulate",
+        [("INPUT", "INT32", [1])],
+        [("OUTPUT", "INT32", [1])],
+        extra="sequence_batching {\n"
+        '  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START '
+        "int32_false_true: [ 0, 1 ] } ] } ]\n"
+        '  state [ { input_name: "STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 '
+        "dims: [ 1 ] } ]\n}",
     )
     _write(
         tmp_path,
@@ -143,6 +155,19 @@ def test_serves_batches_parameters_and_errors(tmp_path: Path) -> None:
         a = np.ones(4, np.float32)
         out = client.infer("ensemble", [infer_input("A", a, "FP32"), infer_input("B", a, "FP32")])
         np.testing.assert_array_equal(out.as_numpy("SUM"), a + a)
+
+        for sequence, values in ((7, [1, 2, 3]), (8, [10, 20])):  # controls + implicit state
+            total = 0
+            for i, v in enumerate(values):
+                total += v
+                out = client.infer(
+                    "accumulate",
+                    [infer_input("INPUT", np.array([v], np.int32), "INT32")],
+                    sequence_id=sequence,
+                    sequence_start=i == 0,
+                    sequence_end=i == len(values) - 1,
+                )
+                assert int(out.as_numpy("OUTPUT")[0]) == total
 
         config = client.get_model_config("autocomplete").config
         assert config.max_batch_size == 4  # Triton's default-max-batch-size

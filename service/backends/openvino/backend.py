@@ -33,7 +33,7 @@ from inference import model_config_pb2 as mc
 from wire import datatypes
 
 from ...errors import Internal, InvalidArgument, ServerError, Unavailable, status_text
-from ...repository.completion import ModelSignature
+from ...repository.completion import ModelSignature, internal_tensors
 from ...types import TensorSpec
 from .. import backend_config
 from ..base import Array, InstanceSpec
@@ -159,15 +159,25 @@ def _configure(config: mc.ModelConfig, model: Any, options: ModelOptions) -> Any
     """Triton's ``ValidateConfigureModel``: the config's tensors checked against the
     model's, element types (and the batch layout) applied; the model to compile."""
     inputs = model.inputs
-    if len(inputs) != len(config.input):
+    # The sequence batcher's controls and states are model inputs too (Triton counts only
+    # the config's inputs, which fails every model with controls: decision 047).
+    internal_inputs, internal_outputs = internal_tensors(config)
+    expected = len(config.input) + len(internal_inputs)
+    if len(inputs) != expected:
         raise InvalidArgument(
             f"unable to load model '{config.name}', configuration expects "
-            f"{len(config.input)} inputs, model provides {len(inputs)}"
+            f"{expected} inputs, model provides {len(inputs)}"
         )
     by_name = {p.get_any_name(): p for p in inputs}
     ppp = ov.preprocess.PrePostProcessor(model)
     batch = config.max_batch_size
     try:
+        for spec in internal_inputs:
+            check_allowed("input", spec.name, list(by_name))
+            info = ppp.input(spec.name).tensor()
+            info.set_element_type(_OV_TYPE[datatypes.config_type_for(spec.datatype)])
+            if batch:
+                info.set_layout(ov.Layout("N..."))
         for tensor in config.input:
             check_allowed("input", tensor.name, list(by_name))
             error = datatype_error(config.name, "input", tensor)
@@ -191,6 +201,11 @@ def _configure(config: mc.ModelConfig, model: Any, options: ModelOptions) -> Any
                 raise _ov_error("setting max batch size", exc) from None
         outputs = {p.get_any_name(): p for p in model.outputs}
         ppp = ov.preprocess.PrePostProcessor(model)
+        for spec in internal_outputs:
+            check_allowed("output", spec.name, list(outputs))
+            ppp.output(spec.name).tensor().set_element_type(
+                _OV_TYPE[datatypes.config_type_for(spec.datatype)]
+            )
         for output in config.output:
             check_allowed("output", output.name, list(outputs))
             error = datatype_error(config.name, "output", output)
@@ -293,17 +308,20 @@ class OpenVinoInstance:
         self._max_batch = config.max_batch_size
         self._padding = options.batch_padding
         self._first = config.input[0].name if config.input else None
-        self._outputs = [o.name for o in config.output]
+        internal_inputs, internal_outputs = internal_tensors(config)
+        self._outputs = [o.name for o in config.output] + [t.name for t in internal_outputs]
         batch = (-1,) if config.max_batch_size > 0 else ()
         self._signature = ModelSignature(
             inputs=[
                 TensorSpec(t.name, _datatype(t.data_type), (*batch, *config_dims(t)))
                 for t in config.input
-            ],
+            ]
+            + internal_inputs,
             outputs=[
                 TensorSpec(t.name, _datatype(t.data_type), (*batch, *config_dims(t)))
                 for t in config.output
-            ],
+            ]
+            + internal_outputs,
         )
 
     def signature(self) -> ModelSignature:
