@@ -92,7 +92,9 @@ class GatewayApp:
     def startup(self) -> None:
         """Open the channel; it connects at the first call, so a service that is down is
         no error."""
-        self._channel = ServiceChannel(self.config.grpc_target, self.config.grpc_tls)
+        self._channel = ServiceChannel(
+            self.config.grpc_target, self.config.grpc_tls, self.config.grpc_keepalive_ms
+        )
         path = self.config.grpc_local_socket
         self._local = LocalChannel(path) if path else None
         self._handlers = Handlers(

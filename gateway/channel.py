@@ -21,28 +21,33 @@ import grpc
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
 
-from .config import GrpcTls
+from .config import DEFAULT_KEEPALIVE_MS, GrpcTls
 
-__all__ = ["CHANNEL_OPTIONS", "ServiceChannel"]
+__all__ = ["ServiceChannel", "channel_options"]
 
 log = logging.getLogger(__name__)
 
-#: Unlimited message sizes (the HTTP body limit applies first), and a short reconnect
-#: backoff so the gateway finds a restarted service within about a second by itself.
-#: grpc also takes the minimum backoff as the time one connection attempt may take.
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 5000),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 30_000),
-    # No retry policy is configured, so the retry filter would only copy every call.
-    ("grpc.enable_retries", 0),
-    # Names the gateway's calls to the service (Triton's gRPC-only test hooks, such as
-    # the response delay, leave HTTP alone: service/grpc_frontend/response_delay.py).
-    ("grpc.primary_user_agent", "triton-rest-gateway"),
-]
+
+def channel_options(keepalive_ms: int = DEFAULT_KEEPALIVE_MS) -> list[tuple[str, Any]]:
+    """Unlimited message sizes (the HTTP body limit applies first), a short reconnect
+    backoff so the gateway finds a restarted service within about a second by itself
+    (grpc also takes the minimum backoff as the time one connection attempt may take),
+    and keepalive pings every ``keepalive_ms`` (config.py: how often the service lets
+    them come)."""
+    return [
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 5000),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        # No retry policy is configured, so the retry filter would only copy every call.
+        ("grpc.enable_retries", 0),
+        # Names the gateway's calls to the service (Triton's gRPC-only test hooks, such as
+        # the response delay, leave HTTP alone: service/grpc_frontend/response_delay.py).
+        ("grpc.primary_user_agent", "triton-rest-gateway"),
+    ]
+
 
 #: How long one waiting call lasts before the next one (the service still away).
 _WAIT_SECONDS = 1.0
@@ -51,11 +56,14 @@ _WAIT_SECONDS = 1.0
 class ServiceChannel:
     """The channel, and at most one thread at a time waiting for it to be ready."""
 
-    def __init__(self, target: str, tls: GrpcTls | None) -> None:
+    def __init__(
+        self, target: str, tls: GrpcTls | None, keepalive_ms: int = DEFAULT_KEEPALIVE_MS
+    ) -> None:
+        options = channel_options(keepalive_ms)
         if tls is None:
-            self.channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+            self.channel = grpc.insecure_channel(target, options=options)
         else:
-            self.channel = grpc.secure_channel(target, _credentials(tls), options=CHANNEL_OPTIONS)
+            self.channel = grpc.secure_channel(target, _credentials(tls), options=options)
         self._ping = pb_grpc.GRPCInferenceServiceStub(self.channel).ServerLive
         self._lock = threading.Lock()
         self._waiting = False

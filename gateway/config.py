@@ -48,6 +48,19 @@ class HttpsConfig:
     require_client_cert: bool = False
 
 
+#: The service's ping policy, Triton's default (--grpc-http2-min-recv-ping-interval-
+#: without-data, service/triton_flags.py GRPC_KEEPALIVE_DEFAULTS): a ping on a connection
+#: whose calls carry no data, less than this after the one before, is a strike, and the
+#: third strike closes the connection with every call on it ("Too many pings"). The
+#: gateway always has a call open (its link, service_link.py), often a quiet one, and
+#: REST requests wait on the same connection.
+SERVICE_MIN_PING_INTERVAL_MS = 300_000
+#: So the gateway pings no more often than that, with a margin (--grpc-keepalive-ms;
+#: scripts/serve.sh sets it from the service's flag when one is given): a connection the
+#: service stopped answering is still found, within minutes instead of hanging forever.
+DEFAULT_KEEPALIVE_MS = SERVICE_MIN_PING_INTERVAL_MS * 11 // 10
+
+
 #: As the service's ``--trace-config opentelemetry,exporter=...``.
 
 
@@ -62,6 +75,8 @@ class GatewayConfig:
     log_verbose: int = 0
     restricted: tuple[Restriction, ...] = ()
     grpc_tls: GrpcTls | None = None
+    #: --grpc-keepalive-ms: how often the channel pings the service (channel.py).
+    grpc_keepalive_ms: int = DEFAULT_KEEPALIVE_MS
     https: HttpsConfig | None = None
     exit_timeout_secs: float = 30.0
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -75,7 +90,7 @@ class GatewayConfig:
         text = f"the gRPC service at {self.grpc_target}"
         if self.grpc_local_socket:
             text += f" (unary RPCs through its local socket {self.grpc_local_socket})"
-        return text
+        return text + f", keepalive pings every {self.grpc_keepalive_ms} ms"
 
 
 _DEFAULTS = GatewayConfig()
@@ -117,6 +132,15 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         metavar="PATH",
         help="the service's --grpc-local-socket: unary RPCs go through it (streams stay on "
         "--grpc-target)",
+    )
+    parser.add_argument(
+        "--grpc-keepalive-ms",
+        type=_positive,
+        default=DEFAULT_KEEPALIVE_MS,
+        metavar="MS",
+        help="keepalive ping interval to the service; at least the service's "
+        "--grpc-http2-min-recv-ping-interval-without-data (Triton's default "
+        f"{SERVICE_MIN_PING_INTERVAL_MS}), or quiet calls are cut off (default %(default)s)",
     )
     parser.add_argument("--http-address", default=_DEFAULTS.http_address, help="address to bind")
     parser.add_argument(
@@ -224,6 +248,7 @@ def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:
         log_verbose=opts.log_verbose,
         restricted=restricted,
         grpc_tls=grpc_tls,
+        grpc_keepalive_ms=opts.grpc_keepalive_ms,
         https=https,
         exit_timeout_secs=opts.exit_timeout_secs,
         trace=trace,

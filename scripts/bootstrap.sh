@@ -60,8 +60,8 @@ if [ "$what" = "test" ]; then
   # so that their tests run rather than skip (FRAMEWORK_TESTS=required in test.sh).
   if ! stamp_ok .venv/.stamp-dev pyproject.toml tests/requirements-frameworks.txt; then
     step_start "installing server + dev + framework dependencies into .venv (about two minutes)"
-    pip_quiet .venv/bin/python -m pip install -e ".[dev,torch,tensorflow]" -r tests/requirements-frameworks.txt
-    .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy, torch, tensorflow" || exit 1
+    pip_quiet .venv/bin/python -m pip install -e ".[dev,torch,openvino,tensorflow]" -r tests/requirements-frameworks.txt
+    .venv/bin/python -c "import grpc, onnxruntime, pytest, mypy, torch, openvino, tensorflow" || exit 1
     step_done
     stamp_write .venv/.stamp-dev pyproject.toml tests/requirements-frameworks.txt
     stamp_write .venv/.stamp-server pyproject.toml

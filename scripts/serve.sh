@@ -33,17 +33,24 @@ fi
 # Its unary calls go through the service's local socket (--grpc-local-socket, on both; an
 # empty value leaves it out): a gRPC hop between two Python processes costs more than the
 # REST request it carries (docs/decisions/016-local-rpc-socket.md).
+# Its keepalive pings must not come more often than the service's ping policy lets them
+# (--grpc-http2-min-recv-ping-interval-without-data): 10% above the interval given, else
+# the gateway's default, which fits Triton's (gateway/config.py).
 grpc_port=8001
 local_socket=""
 local_given=0
+ping_interval=""
+ping_flag=--grpc-http2-min-recv-ping-interval-without-data
 prev=""
 for arg in "$@"; do
   case "$arg" in
     --grpc-port=*) grpc_port="${arg#--grpc-port=}" ;;
     --grpc-local-socket=*) local_socket="${arg#--grpc-local-socket=}" local_given=1 ;;
+    "$ping_flag"=*) ping_interval="${arg#"$ping_flag"=}" ;;
     *)
       [ "$prev" = "--grpc-port" ] && grpc_port="$arg"
       [ "$prev" = "--grpc-local-socket" ] && local_socket="$arg" local_given=1
+      [ "$prev" = "$ping_flag" ] && ping_interval="$arg"
       ;;
   esac
   prev="$arg"
@@ -75,6 +82,9 @@ if [ "$local_given" = "0" ]; then
 fi
 gateway_args=()
 [ -n "$local_socket" ] && gateway_args=(--grpc-local-socket "$local_socket")
+if [[ "$ping_interval" =~ ^[0-9]{1,9}$ ]] && [ "$((10#$ping_interval))" -gt 0 ]; then
+  gateway_args+=(--grpc-keepalive-ms "$((10#$ping_interval * 11 / 10))")
+fi
 
 .venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
 service_pid=$!

@@ -18,7 +18,7 @@ from .flags import DEFAULT_MAX_MESSAGE_BYTES, build_parser, default_frontends
 from .repository.limits import DEFAULT_MAX_INSTANCES
 from .telemetry.metrics_config import LatencyMetrics, parse_metrics_config
 from .telemetry.settings import LogSettings, TraceSettings, parse_trace_config
-from .triton_flags import FlagError, bad_option, parse_int64, read
+from .triton_flags import GRPC_KEEPALIVE_DEFAULTS, FlagError, bad_option, parse_int64, read
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -82,7 +82,8 @@ class ServerConfig:
     # --backend-config settings, and auto-complete (--disable-auto-complete-config)
     backends: BackendConfig = field(default_factory=BackendConfig)
     model_config_name: str = ""  # --model-config-name: configs/<name>.pbtxt when present
-    grpc_arguments: tuple[tuple[str, int], ...] = ()  # --grpc-keepalive-* and the like
+    # Triton's keepalive options, --grpc-keepalive-* and the like applied.
+    grpc_arguments: tuple[tuple[str, int], ...] = tuple(GRPC_KEEPALIVE_DEFAULTS.items())
     rate_limit: bool = False  # --rate-limit=execution_count
     rate_limit_resources: tuple[tuple[str, int, int], ...] = ()  # --rate-limit-resource
     # Triton's flags given that change nothing here: one line each, logged at start.

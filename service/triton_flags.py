@@ -19,6 +19,7 @@ from wire.api_groups import parse_restrictions
 
 __all__ = [
     "GRPC_CHANNEL_FLAGS",
+    "GRPC_KEEPALIVE_DEFAULTS",
     "INERT_FLAGS",
     "FlagError",
     "TritonFlags",
@@ -261,6 +262,24 @@ GRPC_CHANNEL_FLAGS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Triton's KeepAliveOptions (src/grpc/grpc_server.h, 2.51), set on its server whether or
+#: not a flag is given; the two connection ages only when not 0. Pinned here rather than
+#: left to grpc's own defaults (the same today), so that the ping policy external clients
+#: meet is Triton's whatever grpc release runs. The REST gateway's keepalive must fit the
+#: policy (gateway/channel.py): a call that carries no data and is pinged more often than
+#: the min recv ping interval gets a strike for each such ping, and its connection is
+#: closed ("Too many pings") at the third.
+GRPC_KEEPALIVE_DEFAULTS: dict[str, int] = {
+    "grpc.keepalive_time_ms": 7_200_000,
+    "grpc.keepalive_timeout_ms": 20_000,
+    "grpc.keepalive_permit_without_calls": 0,
+    "grpc.http2.max_pings_without_data": 2,
+    "grpc.http2.min_ping_interval_without_data_ms": 300_000,
+    "grpc.http2.max_ping_strikes": 2,
+}
+_ZERO_IS_UNSET = ("grpc.max_connection_age_ms", "grpc.max_connection_age_grace_ms")
+
+
 def _dest(name: str) -> str:
     return name.replace("-", "_")
 
@@ -319,7 +338,7 @@ def read(args: argparse.Namespace) -> TritonFlags:
             except FlagError as exc:
                 raise FlagError(bad_option(flag.name, str(exc))) from None
         notes.append(f"--{flag.name} has no effect here: {flag.why}")
-    arguments: list[tuple[str, int]] = []
+    arguments = dict(GRPC_KEEPALIVE_DEFAULTS)
     for name, arg in GRPC_CHANNEL_FLAGS:
         given = getattr(args, _dest(name))
         if given is None:
@@ -328,7 +347,8 @@ def read(args: argparse.Namespace) -> TritonFlags:
             value = int(parse_bool(given)) if name.endswith("without-calls") else parse_int(given)
         except FlagError as exc:
             raise FlagError(bad_option(name, str(exc))) from None
-        arguments.append((arg, value))
+        if value or arg not in _ZERO_IS_UNSET:
+            arguments[arg] = value
     try:
         mode = _choice("rate-limit", ("execution_count", "off"))(args.rate_limit or "off")
     except FlagError as exc:
@@ -339,4 +359,6 @@ def read(args: argparse.Namespace) -> TritonFlags:
             resources.append(_rate_limit_resource(given))
         except FlagError as exc:
             raise FlagError(bad_option("rate-limit-resource", str(exc))) from None
-    return TritonFlags(tuple(arguments), tuple(notes), mode == "execution_count", tuple(resources))
+    return TritonFlags(
+        tuple(arguments.items()), tuple(notes), mode == "execution_count", tuple(resources)
+    )

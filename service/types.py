@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from wire.datatypes import Array
 
-if TYPE_CHECKING:
-    from .scheduling.base import ExecutionResult
+from .statistics import BatchTimings
 
 __all__ = [
     "FINAL_FLAG",
     "ExecutionRecord",
+    "ExecutionResult",
     "InferRequest",
     "InferResponse",
     "InputTensor",
@@ -111,6 +111,18 @@ class OutputTensor:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.array.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    """What a scheduler answers for one job: its outputs, the time it waited in the queue
+    and its execution's timestamps (``scheduling.base.Scheduler.submit``)."""
+
+    outputs: dict[str, Array]
+    queue_ns: int
+    timings: BatchTimings
+    #: The response's parameters, where the scheduler sets some (an ensemble's sequence).
+    parameters: dict[str, ParameterValue] | None = None
 
 
 @dataclass(slots=True)

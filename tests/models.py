@@ -355,3 +355,27 @@ def write_model(
     if config_pbtxt is not None:
         (model_dir / "config.pbtxt").write_text(config_pbtxt, encoding="utf-8")
     return model_dir
+
+
+def write_ensemble(
+    repo: Path,
+    name: str,
+    step: str,
+    inputs: Sequence[IoSpec] = (("INPUT0", "FP32", [-1]), ("INPUT1", "FP32", [-1])),
+    outputs: Sequence[IoSpec] = (("OUTPUT0", "FP32", [-1]), ("OUTPUT1", "FP32", [-1])),
+) -> Path:
+    """An ensemble (``max_batch_size: 8``, version 1) of one step calling ``step`` with
+    the same tensor names: add_sub's by default, so it can call add_sub or another such
+    ensemble."""
+    config = make_config(
+        name, inputs, outputs, max_batch_size=8, platform="ensemble", instance_kind=None
+    )
+    maps = "".join(f'input_map {{ key: "{t[0]}" value: "{t[0]}" }} ' for t in inputs) + "".join(
+        f'output_map {{ key: "{t[0]}" value: "{t[0]}" }} ' for t in outputs
+    )
+    config += (
+        f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 {maps}}} ] }}\n'
+    )
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+    return repo / name

@@ -40,6 +40,12 @@ def get_backend(name: str) -> Backend:
         except ImportError as exc:
             raise missing_extra(name, "PyTorch", "torch", exc) from exc
         return PyTorchBackend()
+    if name == "openvino":
+        try:
+            from .openvino.backend import OpenVinoBackend
+        except ImportError as exc:
+            raise missing_extra(name, "OpenVINO", "openvino", exc) from exc
+        return OpenVinoBackend()
     if name == "tensorflow":
         try:
             from .tensorflow.backend import TensorFlowBackend

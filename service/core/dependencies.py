@@ -1,12 +1,15 @@
-"""Which models an ensemble calls, and the order that loads callees before callers."""
+"""Which models an ensemble calls, the order that loads callees before callers, and the
+composing models an unload with ``unload_dependents`` takes along."""
 
 from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
 
 from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory
 
-__all__ = ["dependency_waves", "with_composing"]
+__all__ = ["dependency_waves", "unused_composing", "with_composing"]
 
 
 def _ensemble_calls(directory: ModelDirectory) -> list[str]:
@@ -58,3 +61,32 @@ def dependency_waves(directories: dict[str, ModelDirectory]) -> list[list[str]]:
         waves.append(wave)
         done.update(wave)
     return waves
+
+
+def unused_composing(
+    removed: Iterable[str],
+    calls: Mapping[str, Collection[str]],
+    explicit: Collection[str],
+) -> list[str]:
+    """The models to unload after ``removed`` when the unload asks for its dependents:
+    Triton's cascading removal (DependencyGraph::RemoveNodes). A model that a removed
+    ensemble called goes too when nothing left calls it and it was not loaded explicitly
+    (it came in as a composing model), and so on down nested ensembles.
+
+    ``calls``: each model in the table before the unload, ``removed`` included -> the
+    keys of the models it calls (only ensembles call any); ``explicit``: the keys loaded
+    by name rather than as composing models. Keys in the order they are to be unloaded.
+    """
+    gone = set(removed)
+    pending = list(gone)
+    out: list[str] = []
+    while pending:
+        for callee in sorted(calls.get(pending.pop(0), ())):
+            if callee in gone or callee not in calls or callee in explicit:
+                continue
+            if any(callee in called for key, called in calls.items() if key not in gone):
+                continue
+            gone.add(callee)
+            out.append(callee)
+            pending.append(callee)
+    return out

@@ -30,10 +30,10 @@ from ..repository.layout import (
 )
 from ..repository.limits import ConfigLimits, check_config
 from ..repository.staging import StagingArea, StagingFailure
-from ..repository.version_policy import select_versions
+from ..repository.version_policy import missing_versions, select_versions
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
-from .dependencies import dependency_waves, with_composing
+from .dependencies import dependency_waves, unused_composing, with_composing
 from .index import IndexEntry, index_entries
 from .loader import LabelLookup, load_ensemble, load_version
 from .model import ModelEntry, ModelState, ModelVersion
@@ -76,6 +76,23 @@ def _load_failed(name: str, entry: ModelEntry) -> str:
     failed = sorted((v, m) for v, m in entry.versions.items() if not m.ready)
     clauses = "".join(f"version {v} is at {m.state.value} state: {m.reason};" for v, m in failed)
     return f"load failed for model '{name}': {clauses}\n"
+
+
+def _explicit_after(new: ModelEntry, old: ModelEntry | None, explicit: bool) -> bool:
+    """Whether a model (re)loaded into ``new`` counts as loaded by name, as Triton keeps
+    its explicitly_load_: a load of a model it already has, unchanged (same files, no
+    config given now or before), leaves the flag as it was, so a composing model named
+    in a later load still goes with its ensemble; a changed one is explicit if either
+    load was."""
+    if old is None:
+        return explicit
+    unchanged = (
+        new.fingerprint == old.fingerprint
+        and new.override is None
+        and old.override is None
+        and not new.staged
+    )
+    return old.explicit if unchanged else explicit or old.explicit
 
 
 class ModelManager:
@@ -133,6 +150,7 @@ class ModelManager:
         """Load what the control mode says to load at start-up."""
         directories = self._discover()
         keys = list(directories)
+        named = keys
         if self._mode is ControlMode.EXPLICIT and "*" not in self._startup_models:
             unknown = [n for n in self._startup_models if not keys_named(directories, n)]
             if unknown:
@@ -142,7 +160,9 @@ class ModelManager:
             named = [k for n in self._startup_models for k in keys_named(directories, n)]
             keys = with_composing(list(dict.fromkeys(named)), directories)
         for wave in dependency_waves({k: directories[k] for k in keys}):
-            await asyncio.gather(*(self._replace(directories[k]) for k in wave))
+            await asyncio.gather(
+                *(self._replace(directories[k], explicit=k in named) for k in wave)
+            )
 
     async def poll(self) -> None:
         """One poll: load added models, reload changed ones, unload removed ones."""
@@ -251,8 +271,13 @@ class ModelManager:
         if unload_dependents:
             for dependent in self.dependents(name):
                 await self._locked_unload(dependent)
+        calls = {key: self._call_keys(entry) for key, entry in self._models.items()}
         for key in keys:
             await self._locked_unload(key)
+        if unload_dependents:  # then the composing models nothing else needs
+            explicit = {key for key, entry in self._models.items() if entry.explicit}
+            for key in unused_composing(keys, calls, explicit):
+                await self._locked_unload(key)
         await self._relink()
 
     def dependents(self, name: str) -> list[str]:
@@ -262,6 +287,13 @@ class ModelManager:
             for key, entry in self._models.items()
             if any(name in composing_models(m.config) for m in entry.versions.values())
         ]
+
+    def _call_keys(self, entry: ModelEntry) -> list[str]:
+        """The keys of the models an ensemble calls (its steps' links with namespacing)."""
+        if not self._namespacing:
+            return list(entry.calls)
+        steps = entry.steps or {}
+        return [model_key(ns, name) for name, ns in steps.items() if ns is not None]
 
     def lookup_config(self, name: str, version: int) -> mc.ModelConfig | None:
         """A ready version's config (-1: latest), for ensemble validation."""
@@ -293,7 +325,7 @@ class ModelManager:
                 for key in keys_named(directories, model):
                     if key not in self._models and model != name:
                         await self._load_composing(model, None)
-                        await self._locked_replace(directories[key])
+                        await self._locked_replace(directories[key], explicit=False)
 
     def index(self, repository_name: str = "", ready_only: bool = False) -> list[IndexEntry]:
         repositories = self._repositories
@@ -440,10 +472,13 @@ class ModelManager:
         return discover_models(chosen, self._namespacing)
 
     async def _locked_replace(
-        self, directory: ModelDirectory, override: mc.ModelConfig | None = None
+        self,
+        directory: ModelDirectory,
+        override: mc.ModelConfig | None = None,
+        explicit: bool = True,
     ) -> ModelEntry:
         async with self._lock(directory.key):
-            return await self._replace(directory, override)
+            return await self._replace(directory, override, explicit=explicit)
 
     async def _locked_unload(self, key: str) -> None:
         async with self._lock(key):
@@ -477,7 +512,9 @@ class ModelManager:
         """Rebuild, and swap in even when it fails: the steps it ran are gone (Triton's
         reconnected node fails, and its old versions stop serving)."""
         async with self._lock(entry.key):
-            await self._replace(entry.directory, entry.override, swap_failed=True)
+            await self._replace(
+                entry.directory, entry.override, swap_failed=True, explicit=entry.explicit
+            )
 
     def _link(self, namespace: str, names: list[str]) -> dict[str, str | None]:
         """Where an ensemble of ``namespace`` finds each composing model: in its own
@@ -499,9 +536,11 @@ class ModelManager:
         override: mc.ModelConfig | None = None,
         staged: bool = False,
         swap_failed: bool = False,
+        explicit: bool = True,
     ) -> ModelEntry:
         """Build a new entry; swap it in unless it failed while a working one serves
-        (``swap_failed``: even then)."""
+        (``swap_failed``: even then). ``explicit``: loaded by name, not only as a
+        composing model (``_explicit_after`` says what the entry keeps)."""
         key = directory.key
         self._loading.add(key)
         try:
@@ -511,6 +550,7 @@ class ModelManager:
         entry.staged = staged
         entry.override = override
         old = self._models.get(key)
+        entry.explicit = _explicit_after(entry, old, explicit)
         if entry.failure and old is not None and not old.failure and not swap_failed:
             log.error(
                 "reload of '%s' failed, previous versions keep serving: %s", key, entry.failure
@@ -544,6 +584,14 @@ class ModelManager:
             entry.reason = str(exc)
             log.error("model '%s' unavailable: %s", directory.name, entry.reason)
             return entry
+        if config.platform == "ensemble":
+            entry.calls = tuple(composing_models(config))
+        for number in missing_versions(config.version_policy, directory.versions):
+            log.error(  # Triton's text (model_lifecycle.cc); the versions present still load
+                "version %d is specified for model '%s', but the version directory is not present",
+                number,
+                directory.key,
+            )
         if not versions:  # Triton's lifecycle refuses it as a load failure (INVALID_ARG)
             entry.versionless = True
             entry.reason = (

@@ -153,6 +153,12 @@ class ModelEntry:
     # not a poll failure.
     unlinked: bool = False
     override: mc.ModelConfig | None = None  # the config the load request gave, if any
+    # Triton's explicitly_load_: loaded by name (a load request, --load-model, or any
+    # model where the mode loads them all), not only as an ensemble's composing model.
+    # An unload with unload_dependents takes along the composing models not so loaded.
+    explicit: bool = True
+    # The names of the models an ensemble's steps call (() for other models).
+    calls: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

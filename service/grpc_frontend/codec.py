@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
 
 from inference import grpc_service_pb2 as pb
 from inference import model_config_pb2 as mc
@@ -19,6 +18,7 @@ from wire import datatypes
 from ..core.index import IndexEntry
 from ..core.inference_server import ModelMetadata, ServerMetadata, VersionStats
 from ..errors import InvalidArgument, ResourceExhausted
+from ..repository.load_parameters import FILE_PREFIX, config_override, file_contents
 from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..statistics import Duration
 from ..types import (
@@ -406,13 +406,11 @@ def encode_model_statistics(entries: Iterable[VersionStats]) -> pb.ModelStatisti
     return pb.ModelStatisticsResponse(model_stats=out)
 
 
-FILE_PREFIX = "file:"
-
-
 def decode_load_request(
     request: pb.RepositoryModelLoadRequest,
 ) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
-    """The 'config' override (JSON ModelConfig) and the 'file:<version>/<name>' contents."""
+    """The 'config' override (JSON ModelConfig) and the 'file:<version>/<name>' contents
+    (repository/load_parameters.py), each checked for the kind of value it must carry."""
     name = request.model_name
     override = None
     files: dict[str, bytes] = {}
@@ -423,20 +421,14 @@ def decode_load_request(
                 raise InvalidArgument(
                     f"failed to load '{name}': parameter 'config' must be a JSON string"
                 )
-            override = mc.ModelConfig()
-            try:
-                json_format.Parse(param.string_param, override)
-            except json_format.ParseError as exc:
-                raise InvalidArgument(
-                    f"failed to load '{name}': parameter 'config' is not a valid ModelConfig: {exc}"
-                ) from None
+            override = config_override(name, param.string_param)
         elif key.startswith(FILE_PREFIX):
             if which != "bytes_param":
                 raise InvalidArgument(
                     f"failed to load '{name}': parameter '{key}' must carry bytes"
                 )
-            files[key.removeprefix(FILE_PREFIX)] = param.bytes_param
-    return override, files
+            files[key] = param.bytes_param
+    return override, file_contents(files)
 
 
 def encode_repository_index(entries: Iterable[IndexEntry]) -> pb.RepositoryIndexResponse:

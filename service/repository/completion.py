@@ -21,7 +21,9 @@ __all__ = [
     "ModelSignature",
     "check_against_signature",
     "check_ragged_inputs",
+    "check_scalar",
     "complete",
+    "config_shape",
     "internal_inputs",
     "internal_outputs",
     "internal_tensors",
@@ -143,7 +145,11 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
                     f"unexpected {kind} '{tensor.name}' in config, the model's {kind}s are: "
                     + ", ".join(sorted(known))
                 )
-            _check_tensor(kind, tensor, spec, batched, tensor.name not in loose)
+            if not spec.shape and tensor.name not in loose:  # a scalar in the model file
+                check_scalar(config.name, tensor)
+                _check_tensor(kind, tensor, spec, batched, dims_too=False)
+            else:
+                _check_tensor(kind, tensor, spec, batched, tensor.name not in loose)
     configured = {t.name for t in config.input} | internal_inputs(config)
     missing = [name for name in model_inputs if name not in configured]
     sequence = config.sequence_batching
@@ -157,6 +163,26 @@ def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -
         )
     if missing:
         raise ConfigError("model inputs missing from config: " + ", ".join(missing))
+
+
+def config_shape(tensor: mc.ModelInput | mc.ModelOutput) -> list[int]:
+    """The shape the model itself sees (without the batch dimension): the reshape when
+    the config has one, else the dims."""
+    return list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+
+
+def check_scalar(model: str, tensor: mc.ModelInput | mc.ModelOutput) -> None:
+    """A tensor the model file declares with no dimensions (a scalar, or a value of no
+    known rank) takes any config shape of 1s, as Triton's ONNX Runtime backend allows
+    (ValidateInputs / ValidateOutputs, its text): the backend feeds the value as a
+    scalar and gives a scalar result the config's shape."""
+    dims = config_shape(tensor)
+    if any(d != 1 for d in dims):
+        raise ConfigError(
+            f"unable to load model '{model}', scalar tensor '{tensor.name}', should only "
+            "provide 1 in the model configuration when the model doesn't support batching. "
+            f"Model configuration provided: {_fmt(dims)}."
+        )
 
 
 def check_ragged_inputs(config: mc.ModelConfig, signature: ModelSignature) -> None:
@@ -197,8 +223,7 @@ def _check_tensor(
         )
     if not dims_too:
         return
-    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
-    expected = ([-1] if batched else []) + dims
+    expected = ([-1] if batched else []) + config_shape(tensor)
     if len(expected) != len(spec.shape):
         raise ConfigError(
             f"{kind} '{tensor.name}' has {len(expected)} dimensions with max_batch_size "

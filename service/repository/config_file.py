@@ -26,6 +26,7 @@ _DEFAULT_FILENAME = {
     "tensorrt": "model.plan",
     "python": "model.py",
     "pytorch": "model.pt",
+    "openvino": "model.xml",
     "tensorflow": "model.savedmodel",
 }
 _SUFFIX_BACKEND = {
@@ -89,6 +90,8 @@ def _guess_backend(model: ModelDirectory) -> str | None:
         for child in sorted(model.version_path(version).iterdir()):
             if child.name == "model.py":
                 return "python"
+            if child.name == "model.xml":  # Triton's core: OpenVINO's default file
+                return "openvino"
             backend = _SUFFIX_BACKEND.get(child.suffix)
             if backend is not None:
                 return backend

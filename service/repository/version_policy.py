@@ -6,29 +6,32 @@ from collections.abc import Sequence
 
 from inference import model_config_pb2 as mc
 
-__all__ = ["select_versions"]
+__all__ = ["missing_versions", "select_versions"]
 
 
 def select_versions(policy: mc.ModelVersionPolicy, available: Sequence[int]) -> list[int]:
     """The versions to load, ascending. Default (no policy set) is ``latest { num_versions: 1 }``.
 
-    Raises ValueError where a ``specific`` policy names versions that have no folder, as
-    Triton refuses such a model rather than serving a subset.
+    A ``specific`` policy loads the versions it names that have a folder; the others are
+    left out (``missing_versions`` names them), as Triton's core does: it logs each one
+    and loads the rest, and only a policy that leaves no version at all fails the load.
     """
     ordered = sorted(available)
     which = policy.WhichOneof("policy_choice")
     if which == "all":
         return ordered
     if which == "specific":
-        wanted = sorted(set(policy.specific.versions))
-        missing = [v for v in wanted if v not in ordered]
-        if missing:
-            raise ValueError(
-                "version_policy.specific names versions with no folder: "
-                + ", ".join(str(v) for v in missing)
-            )
-        return wanted
+        return sorted(set(policy.specific.versions) & set(ordered))
     count = policy.latest.num_versions if which == "latest" else 1
     if count < 1:
         raise ValueError("version_policy.latest.num_versions must be at least 1")
     return ordered[-count:]
+
+
+def missing_versions(policy: mc.ModelVersionPolicy, available: Sequence[int]) -> list[int]:
+    """The versions a ``specific`` policy names that have no folder, in the policy's
+    order (Triton logs one error for each)."""
+    if policy.WhichOneof("policy_choice") != "specific":
+        return []
+    present = set(available)
+    return [v for v in dict.fromkeys(policy.specific.versions) if v not in present]

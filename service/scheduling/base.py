@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from wire.datatypes import Array
 
-from ..statistics import BatchTimings
-from ..types import ParameterValue, TraceParent
+from ..types import ExecutionResult, TraceParent
 
 if TYPE_CHECKING:
     from .responses import StreamSender
@@ -59,15 +58,6 @@ class Job:
                 sorted((name, tuple(a.shape[1:])) for name, a in self.inputs.items())
             )
         return self._shape_key
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutionResult:
-    outputs: dict[str, Array]
-    queue_ns: int
-    timings: BatchTimings
-    #: The response's parameters, where the scheduler sets some (an ensemble's sequence).
-    parameters: dict[str, ParameterValue] | None = None
 
 
 class Scheduler(Protocol):

@@ -12,12 +12,12 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from wire.datatypes import Array
 
 from ..errors import Internal, ServerError
 from ..types import ParameterValue
-from .base import Job
 
 __all__ = ["CollectingSender", "Response", "StreamSender", "as_server_error"]
 
@@ -36,8 +36,15 @@ def as_server_error(error: str | ServerError) -> ServerError:
     return error if isinstance(error, ServerError) else Internal(error)
 
 
+class _Waited(Protocol):
+    """A job as a collector sees it: the future its caller waits on (``base.Job``)."""
+
+    @property
+    def future(self) -> asyncio.Future[Any] | None: ...
+
+
 class CollectingSender:
-    def __init__(self, model: str, job: Job | None = None) -> None:
+    def __init__(self, model: str, job: _Waited | None = None) -> None:
         self._model = model
         self._job = job
         self._lock = threading.Lock()

@@ -115,6 +115,8 @@ def test_model_config(gateway: GatewayProcess, path: str) -> None:
     assert config["input"][0]["data_type"] == "TYPE_FP32"  # enums by name
     assert config["input"][0]["dims"] == [-1]
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    # Only what config.pbtxt gives: loading the model reads parameters, adds none.
+    assert config["parameters"] == {}
 
 
 def test_statistics(gateway: GatewayProcess) -> None:

@@ -237,6 +237,8 @@ def test_model_config(client: grpcclient.InferenceServerClient, model: str) -> N
         (1, "KIND_CPU")
     ]
     assert config.default_model_filename == "model.onnx"
+    # Only what config.pbtxt gives (none): loading the model reads parameters, adds none.
+    assert dict(config.parameters) == {}
     # The explicit-version form answers with the same config.
     assert client.get_model_config(model, "1").config == config
 

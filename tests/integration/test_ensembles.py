@@ -25,8 +25,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+import tritonclient.http as httpclient
 from models import add_sub_model, make_config, make_model, write_model
 from onnx import TensorProto, helper, numpy_helper
+from replica_cluster import GatewayProcess
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -921,6 +923,48 @@ def test_unload_composing_model_with_dependents_unloads_the_ensemble(
         _check_pipeline(
             client.infer("pipeline", [_tensor("RAW", raw)], client_timeout=TIMEOUT), raw
         )
+
+
+SEQ_CHAIN = ("seq_pipeline", "int_double", "accumulator")
+
+
+def _unload_seq_chain(client: grpcclient.InferenceServerClient) -> None:
+    """Nothing of seq_pipeline loaded, so that a load of it brings its composing models."""
+    for name in SEQ_CHAIN:
+        client.unload_model(name)
+    assert not set(SEQ_CHAIN) & _ready(client)
+
+
+def test_unload_ensemble_with_dependents_unloads_its_composing_models(
+    explicit_server: ServerProcess,
+) -> None:
+    """Triton's unload_dependents (L0_lifecycle test_model_control_ensemble): the models
+    that came in with the ensemble go with it, over gRPC and over REST; without the flag
+    they stay; one loaded by name before the ensemble stays."""
+    with (
+        grpcclient.InferenceServerClient(explicit_server.url) as client,
+        GatewayProcess(explicit_server.url) as gateway,
+    ):
+        rest = httpclient.InferenceServerClient(gateway.url)
+        for unload in (client.unload_model, rest.unload_model):
+            _unload_seq_chain(client)
+            client.load_model("seq_pipeline")
+            assert set(SEQ_CHAIN) <= _ready(client)
+            unload("seq_pipeline", unload_dependents=True)
+            assert not set(SEQ_CHAIN) & _ready(client)
+            index = {
+                m.name: (m.state, m.reason) for m in client.get_model_repository_index().models
+            }
+            assert index["int_double"] == ("UNAVAILABLE", "unloaded")
+        rest.load_model("seq_pipeline")
+        rest.unload_model("seq_pipeline")
+        assert {"int_double", "accumulator"} <= _ready(client)
+        _unload_seq_chain(client)
+        client.load_model("accumulator")
+        client.load_model("seq_pipeline")
+        client.unload_model("seq_pipeline", unload_dependents=True)
+        assert _ready(client) & set(SEQ_CHAIN) == {"accumulator"}
+        rest.close()
 
 
 def test_unloading_the_ensemble_leaves_its_composing_models_loaded(

@@ -94,6 +94,18 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for version in (1, 2, 3):
             models.write_model(repo, name, add_sub, _add_sub_config(name, policy), version)
 
+    # The policy names version 1, which has no folder (L0_lifecycle's test_file_override
+    # repository): Triton loads version 3 and logs the missing one.
+    specific = "version_policy: { specific: { versions: [ 1, 3 ] } }"
+    for version in (2, 3):
+        models.write_model(
+            repo,
+            "vp_specific_missing",
+            add_sub,
+            _add_sub_config("vp_specific_missing", specific),
+            version,
+        )
+
     # No config.pbtxt at all: everything comes from the ONNX file (batch dim symbolic).
     models.write_model(repo, "auto", add_sub, None)
 
@@ -219,6 +231,7 @@ POLICY_VERSIONS = {
     "vp_all": ["1", "2", "3"],
     "vp_specific": ["1", "3"],
     "vp_default": ["3"],  # no policy: latest { num_versions: 1 }
+    "vp_specific_missing": ["3"],  # version 1 has no folder, version 2 is not named
 }
 
 
@@ -249,6 +262,13 @@ def test_version_policy(client: grpcclient.InferenceServerClient, model: str) ->
     result = client.infer(model, add_sub_inputs(A, B), model_version="")
     assert result.get_response().model_version == served[-1]
     _check_add_sub(result, A, B)
+
+
+def test_version_policy_missing_folder_is_logged(server: ServerProcess) -> None:
+    assert (
+        "version 1 is specified for model 'vp_specific_missing', but the version directory "
+        "is not present" in server.log
+    )
 
 
 # --- auto-complete without config.pbtxt ------------------------------------------------------

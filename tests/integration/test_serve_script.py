@@ -68,6 +68,14 @@ def _tunables(pid: int) -> str:
     return ""
 
 
+def _wait_for_gateway(proc: LoggedProcess) -> None:
+    """Until serve.sh's gateway says it serves (the service is up before it)."""
+    deadline = time.monotonic() + 30
+    while "Started HTTPService" not in proc.log:
+        assert time.monotonic() < deadline, proc.log
+        time.sleep(0.05)
+
+
 def _infer(port: int) -> Any:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
@@ -92,10 +100,7 @@ def test_the_served_gateway_calls_over_the_local_socket(runtime_dir: Path) -> No
     args = [*SERVE, *SERVICE_ARGS, "--grpc-port", str(grpc_port)]
     expected = runtime_dir / "tritonserver" / f"grpc-{grpc_port}.sock"
     with LoggedProcess(args, env=env) as proc:
-        deadline = time.monotonic() + 30
-        while "Started HTTPService" not in proc.log:
-            assert time.monotonic() < deadline, proc.log
-            time.sleep(0.05)
+        _wait_for_gateway(proc)
         assert f"(unary RPCs through its local socket {expected})" in proc.log
         assert stat.S_ISSOCK(expected.stat().st_mode)
         assert stat.S_IMODE(expected.stat().st_mode) == 0o600
@@ -148,3 +153,31 @@ def test_a_busy_port_ends_serve_sh_with_exit_code_1(runtime_dir: Path, busy: str
         f"failed to start {service} service: Socket '{address}:{port}' already in use"
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "keepalive"),
+    [
+        ((), 330000),
+        (("--grpc-http2-min-recv-ping-interval-without-data", "4000"), 4400),
+        (("--grpc-http2-min-recv-ping-interval-without-data=600000",), 660000),
+    ],
+)
+def test_the_gateway_pings_no_more_often_than_the_service_lets_it(
+    runtime_dir: Path, flags: tuple[str, ...], keepalive: int
+) -> None:
+    """The service strikes each ping on a quiet call that comes sooner than its min recv
+    ping interval, and cuts the connection off at the third ("Too many pings"): serve.sh
+    gives the gateway a keepalive 10% above the interval given, else one above Triton's
+    default (tests/unit/test_keepalive_policy.py holds the mechanism)."""
+    grpc_port, http_port = _free_port(), _free_port()
+    env = {
+        "XDG_RUNTIME_DIR": str(runtime_dir),
+        "GATEWAY_HTTP_PORT": str(http_port),
+        "GATEWAY_ARGS": "--http-address 127.0.0.1",
+    }
+    args = [*SERVE, *SERVICE_ARGS, "--grpc-port", str(grpc_port), *flags]
+    with LoggedProcess(args, env=env) as proc:
+        _wait_for_gateway(proc)
+        assert f", keepalive pings every {keepalive} ms" in proc.log
+        assert proc.stop() == 0, proc.log

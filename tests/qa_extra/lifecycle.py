@@ -1,5 +1,13 @@
-"""L0_lifecycle's parallel-load tests (issue 27, item 8): two models, and two instances of
-one model, each taking 10 s to load, are ready in less than 15 s.
+"""L0_lifecycle's tests, each on the repository and flags its test.sh gives it.
+
+- The parallel-load tests (issue 27, item 8): two models, and two instances of one model,
+  each taking 10 s to load, are ready in less than 15 s.
+- lifecycle_model_control_ensemble (issue 39, item 4): an ensemble loaded in explicit mode
+  brings its composing model; unloading it with ``unload_dependents`` unloads that model
+  too, without it the model stays.
+- lifecycle_file_override_security (issue 39, item 5): the server starts on a model whose
+  ``version_policy: specific [1, 3]`` names a version with no folder (test.sh removes
+  ``1/``): version 3 loads. Sent files may not escape the model's folder.
 
 Repositories as L0_lifecycle/test.sh builds them. Its ``identity_zero_1_int32`` runs on
 Triton's C++ ``identity`` test backend with ``creation_delay_sec: 10``, which the
@@ -11,7 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import manifest
 from manifest import Suite
+
+# gen_qa_model_repository: gen_qa_models.py --ensemble (configs only, every platform)
+manifest.GENERATORS.setdefault(
+    "qa_ensemble_model_repository", ["gen_qa_models.py", "--ensemble", "--models_dir={out}"]
+)
 
 _DELAYED_IDENTITY = '''
 import json
@@ -66,6 +80,26 @@ def repo_instance_load_speedup(r: Any) -> None:
     _python_identity_fp32(r, "identity_fp32", with_config=False)
 
 
+ONNX_FFF = "onnx_float32_float32_float32"
+
+
+def repo_model_control_ensemble(r: Any) -> None:
+    """test.sh: onnx_float32_float32_float32 and simple_onnx_float32_float32_float32, both
+    with ``max_batch_size: 1``."""
+    ensemble = f"simple_{ONNX_FFF}"
+    r.copy(r.gen("qa_model_repository", ONNX_FFF), ONNX_FFF)
+    r.copy(r.gen("qa_ensemble_model_repository", ensemble), ensemble)
+    for name in (ONNX_FFF, ensemble):
+        r.sub(f"{name}/config.pbtxt", r"max_batch_size:.*", "max_batch_size: 1")
+
+
+def repo_file_override(r: Any) -> None:
+    """test.sh: onnx_float32_float32_float32 without its version 1 folder (its config's
+    policy names versions 1 and 3)."""
+    r.copy(r.gen("qa_model_repository", ONNX_FFF), ONNX_FFF)
+    r.remove(f"{ONNX_FFF}/1")
+
+
 SUITES = [
     Suite(
         "lifecycle_concurrent_model_load_speedup",
@@ -89,5 +123,34 @@ SUITES = [
         restart="test",
         timeout=120,
         default=False,
+    ),
+    Suite(
+        "lifecycle_model_control_ensemble",
+        "L0_lifecycle",
+        "lifecycle_test.py",
+        ["LifeCycleTest::test_model_control_ensemble"],
+        repo_model_control_ensemble,
+        args=[
+            "--model-control-mode=explicit",
+            "--exit-timeout-secs=5",
+            "--strict-model-config=false",
+            "--strict-readiness=false",
+        ],
+        default=False,
+        reference="pass-ort",
+    ),
+    Suite(
+        "lifecycle_file_override_security",
+        "L0_lifecycle",
+        "lifecycle_test.py",
+        ["LifeCycleTest::test_file_override_security"],
+        repo_file_override,
+        args=[
+            "--model-control-mode=explicit",
+            f"--load-model={ONNX_FFF}",
+            "--strict-model-config=false",
+        ],
+        default=False,
+        reference="pass-ort",
     ),
 ]

@@ -34,16 +34,7 @@ def write_add_sub(repo: Path, name: str, version: int = 1) -> None:
 
 
 def write_ensemble(repo: Path, name: str, step: str) -> None:
-    config = models.make_config(name, *IO, max_batch_size=8, platform="ensemble")
-    config = config.replace("instance_group [ { count: 1 kind: KIND_CPU } ]\n", "")
-    maps = "".join(
-        f'input_map {{ key: "{t}" value: "{t}" }} ' for t in ("INPUT0", "INPUT1")
-    ) + "".join(f'output_map {{ key: "{t}" value: "{t}" }} ' for t in ("OUTPUT0", "OUTPUT1"))
-    config += (
-        f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 {maps}}} ] }}\n'
-    )
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(config)
+    models.write_ensemble(repo, name, step)
 
 
 @pytest.fixture

@@ -307,6 +307,22 @@ def test_thread_count_parameters_parsed(tmp_path: Path, captured: list[dict[str,
     assert call["options"].inter_op_num_threads == 2
 
 
+@pytest.mark.parametrize(("given", "spin"), [(None, "0"), ("true", "1"), ("false", "0")])
+def test_allow_spinning_read_without_touching_the_config(
+    tmp_path: Path, captured: list[dict[str, Any]], given: str | None, spin: str
+) -> None:
+    """The config the instance opens with is the one clients are shown: reading a
+    parameter must not add it (a protobuf map's [] does)."""
+    config = make_config(**({} if given is None else {"allow_spinning": given}))
+    before = config.SerializeToString(deterministic=True)
+    open_model(tmp_path, models.identity_model("FP32", [2]), config).close()
+    assert config.SerializeToString(deterministic=True) == before
+    (call,) = captured
+    options = call["options"]
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spin
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == spin
+
+
 @pytest.mark.parametrize("key", ["intra_op_thread_count", "inter_op_thread_count"])
 def test_bad_thread_count_parameter(tmp_path: Path, key: str) -> None:
     config = make_config(**{key: "many"})
@@ -323,3 +339,48 @@ def test_gpu_kind_without_cuda_is_refused(tmp_path: Path) -> None:
     spec = InstanceSpec(name="m_0_0", kind="KIND_GPU", device_id=0, threads=1)
     with pytest.raises(ValueError, match="needs CUDAExecutionProvider not available"):
         open_model(tmp_path, models.identity_model("FP32", [2]), spec=spec)
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+def scalar_rank_model() -> onnx.ModelProto:
+    """RANK = the rank of X as the model got it; X and RANK declared as scalars."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["X"], ["S"]),
+            helper.make_node("Size", ["S"], ["RANK"]),
+            helper.make_node("Identity", ["X"], ["Y"]),
+        ],
+        "scalar_rank",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor_value_info("RANK", TensorProto.INT64, None),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, None),
+        ],
+    )
+    opsets = [helper.make_opsetid("", models.DEFAULT_OPSET)]
+    version = helper.find_min_ir_version_for(opsets)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=version)
+
+
+@pytest.mark.parametrize(
+    ("max_batch_size", "dims", "shape"),
+    [(0, [1], (1,)), (0, [1, 1], (1, 1)), (4, [1], (1, 1))],
+)
+def test_scalars_are_fed_rank_0_and_come_back_in_the_configs_shape(
+    tmp_path: Path, max_batch_size: int, dims: list[int], shape: tuple[int, ...]
+) -> None:
+    """Triton's ONNX Runtime backend: one value fed as a rank-0 tensor; a rank-0 result
+    takes its output's config dims (with the request's batch row when batching)."""
+    config = make_config()
+    config.max_batch_size = max_batch_size
+    config.input.add(name="X", data_type=mc.TYPE_FP32, dims=dims)
+    config.output.add(name="RANK", data_type=mc.TYPE_INT64, dims=dims)
+    config.output.add(name="Y", data_type=mc.TYPE_FP32, dims=dims)
+    instance = open_model(tmp_path, scalar_rank_model(), config)
+    assert [s.shape for s in instance.signature().inputs] == [()]
+    out = instance.execute({"X": np.full(shape, 1.5, np.float32)}, ["RANK", "Y"])
+    assert (out["RANK"].shape, out["RANK"].tolist()) == (shape, np.zeros(shape).tolist())
+    assert (out["Y"].shape, out["Y"].tolist()) == (shape, np.full(shape, 1.5).tolist())
+    instance.close()

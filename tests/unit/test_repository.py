@@ -8,6 +8,7 @@ import pytest
 from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
+from service.errors import InvalidArgument
 from service.repository.completion import (
     DEFAULT_MAX_BATCH_SIZE,
     ModelSignature,
@@ -16,7 +17,8 @@ from service.repository.completion import (
 )
 from service.repository.config_file import ConfigError, read_config
 from service.repository.layout import ModelDirectory, discover_models
-from service.repository.version_policy import select_versions
+from service.repository.load_parameters import config_override, file_contents
+from service.repository.version_policy import missing_versions, select_versions
 from service.types import TensorSpec
 
 
@@ -245,11 +247,22 @@ def test_select_specific() -> None:
     assert select_versions(policy, [1, 2, 3, 4]) == [1, 3]
 
 
-def test_select_specific_missing_folder() -> None:
-    policy = _policy("specific { versions: [1, 4, 7] }")
-    with pytest.raises(ValueError) as info:
-        select_versions(policy, [1, 2, 3])
-    assert str(info.value) == "version_policy.specific names versions with no folder: 4, 7"
+def test_select_specific_missing_folder_loads_the_others() -> None:
+    """Triton's core loads the named versions that have a folder and logs the others."""
+    policy = _policy("specific { versions: [7, 1, 4, 7] }")
+    assert select_versions(policy, [1, 2, 3]) == [1]
+    assert missing_versions(policy, [1, 2, 3]) == [7, 4]
+
+
+def test_select_specific_no_folder_at_all_is_empty() -> None:
+    policy = _policy("specific { versions: [4] }")
+    assert select_versions(policy, [1, 2]) == []
+    assert missing_versions(policy, [1, 2]) == [4]
+
+
+def test_missing_versions_only_for_specific() -> None:
+    assert missing_versions(_policy("latest { num_versions: 3 }"), [1]) == []
+    assert missing_versions(_policy("all { }"), []) == []
 
 
 def test_select_latest_zero_is_refused() -> None:
@@ -392,6 +405,51 @@ def test_check_accepts_config_listing_only_some_outputs() -> None:
     _check(_GOOD.replace('output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }]', ""))
 
 
+_SCALARS = _sig([("INPUT", "FP32", ())], [("OUTPUT", "FP32", ())])
+
+
+@pytest.mark.parametrize(
+    "dims",
+    ["dims: [1]", "dims: [1, 1]", "dims: [-1] reshape: { shape: [1] }"],
+)
+def test_check_scalar_tensors_take_config_dims_of_ones(dims: str) -> None:
+    """Triton's ONNX Runtime backend: a scalar's config dims (or reshape) are all 1."""
+    _check(
+        f'input [{{ name: "INPUT" data_type: TYPE_FP32 {dims} }}]\n'
+        f'output [{{ name: "OUTPUT" data_type: TYPE_FP32 {dims} }}]',
+        _SCALARS,
+    )
+
+
+@pytest.mark.parametrize(("kind", "dims"), [("input", "[2]"), ("output", "[1,3]")])
+def test_check_scalar_tensor_with_a_dim_other_than_1(kind: str, dims: str) -> None:
+    tensors = {"input": "dims: [1]", "output": "dims: [1]"}
+    tensors[kind] = f"dims: {dims}"
+    text = (
+        f'name: "m"\ninput [{{ name: "INPUT" data_type: TYPE_FP32 {tensors["input"]} }}]\n'
+        f'output [{{ name: "OUTPUT" data_type: TYPE_FP32 {tensors["output"]} }}]'
+    )
+    with pytest.raises(ConfigError) as info:
+        _check(text, _SCALARS)
+    assert str(info.value) == (
+        f"unable to load model 'm', scalar tensor '{kind.upper()}', should only provide 1 in "
+        "the model configuration when the model doesn't support batching. Model "
+        f"configuration provided: {dims}."
+    )
+
+
+def test_check_scalar_datatype_still_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(
+            'input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]\n'
+            'output [{ name: "OUTPUT" data_type: TYPE_FP32 dims: [1] }]',
+            _SCALARS,
+        )
+    assert str(info.value) == (
+        "input 'INPUT' has data type INT32 in config, but the model declares FP32"
+    )
+
+
 def test_check_datatype_mismatch() -> None:
     with pytest.raises(ConfigError) as info:
         _check(_GOOD.replace('"INPUT1" data_type: TYPE_FP32', '"INPUT1" data_type: TYPE_INT32'))
@@ -499,3 +557,24 @@ def test_check_empty_reshape_for_rank1_batched_tensor() -> None:
         "reshape: { shape: [] } }]",
         signature,
     )
+
+
+# --------------------------------------------------------------------------- load parameters
+
+
+def test_config_override_parses_json_into_a_model_config() -> None:
+    config = config_override("m", '{"name": "m", "max_batch_size": 4, "backend": "python"}')
+    assert (config.name, config.max_batch_size, config.backend) == ("m", 4, "python")
+
+
+def test_config_override_that_is_not_a_model_config() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        config_override("m", '{"max_batch_size": "many"}')
+    assert info.value.message.startswith(
+        "failed to load 'm': parameter 'config' is not a valid ModelConfig: "
+    )
+
+
+def test_file_contents_keeps_the_file_parameters_by_their_path() -> None:
+    given = {"file:1/model.py": b"x", "config": b"{}", "file:2/a/b.txt": b"y"}
+    assert file_contents(given) == {"1/model.py": b"x", "2/a/b.txt": b"y"}

@@ -21,7 +21,7 @@ __all__ = ["ISOLATED_BACKENDS", "IsolatedBackend", "IsolatedInstance"]
 
 #: Backends whose instances run in worker processes in the split layout. Python models
 #: have worker processes of their own; the built-in backends are a few lines of numpy.
-ISOLATED_BACKENDS = frozenset({"onnxruntime", "pytorch", "tensorflow"})
+ISOLATED_BACKENDS = frozenset({"onnxruntime", "pytorch", "openvino", "tensorflow"})
 
 
 class IsolatedBackend:

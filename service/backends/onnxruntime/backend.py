@@ -38,6 +38,7 @@ from .providers import (
     choose_providers,
     cuda_graphs_enabled,
 )
+from .scalars import ScalarShapes
 from .tensor_types import tensor_spec
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeInstance"]
@@ -75,9 +76,9 @@ def _session_options(config: mc.ModelConfig, spec: InstanceSpec) -> ort.SessionO
     )
     options.log_severity_level = 3
     # Spinning worker threads burn a core between runs; the event loop needs it more.
-    spin = "1" if config.parameters["allow_spinning"].string_value == "true" else "0"
-    if "allow_spinning" not in config.parameters:
-        spin = "0"
+    # (.get: reading a map entry with [] would add it to the config clients are shown.)
+    given = config.parameters.get("allow_spinning")
+    spin = "1" if given is not None and given.string_value == "true" else "0"
     options.add_session_config_entry("session.intra_op.allow_spinning", spin)
     options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     return options
@@ -180,7 +181,7 @@ class OnnxRuntimeBackend:
             ", ".join(session.get_providers()),
             runner.description if runner is not None else "session.run",
         )
-        return OnnxRuntimeInstance(config.name, spec, session, runner)
+        return OnnxRuntimeInstance(config.name, spec, session, runner, config)
 
 
 class OnnxRuntimeInstance:
@@ -190,6 +191,7 @@ class OnnxRuntimeInstance:
         spec: InstanceSpec,
         session: ort.InferenceSession,
         runner: Runner | None = None,
+        config: mc.ModelConfig | None = None,
     ) -> None:
         self.spec = spec
         self.runner = runner
@@ -200,6 +202,8 @@ class OnnxRuntimeInstance:
         self._outputs = self._specs(session.get_outputs())
         self._types = {s.name: s.datatype for s in (*self._inputs, *self._outputs)}
         self._bf16 = "BF16" in self._types.values()
+        scalars = ScalarShapes(config, self._inputs, self._outputs)
+        self._scalars = scalars if scalars.inputs or scalars.outputs else None
 
     @staticmethod
     def _specs(args: Sequence[Any]) -> list[TensorSpec]:
@@ -227,9 +231,13 @@ class OnnxRuntimeInstance:
                 results = self._session.run(list(outputs), feeds)
         except Exception as exc:
             raise Internal(f"onnx runtime error: {exc}") from exc
+        if self._scalars is not None:
+            results = [self._scalars.result(n, r) for n, r in zip(outputs, results, strict=True)]
         return dict(zip(outputs, results, strict=True))
 
     def _to_ort(self, name: str, array: Array) -> Array:
+        if self._scalars is not None:
+            array = self._scalars.feed(name, array)
         if self._types.get(name) != "BYTES":
             return array
         # ORT's Python API takes str, not bytes, for string tensors.

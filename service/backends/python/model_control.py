@@ -13,10 +13,8 @@ import asyncio
 import re
 from typing import Any
 
-from inference import grpc_service_pb2 as pb
-
 from ...errors import ServerError
-from ...grpc_frontend.codec import decode_load_request
+from ...repository.load_parameters import config_override, file_contents
 from .bls import Reply, installed_core
 
 __all__ = ["serve_control"]
@@ -46,13 +44,8 @@ async def _run(core: Any, reply: Reply, call_id: int, operation: str, args: Any)
     try:
         if operation == "load":
             name, config, files = args
-            request = pb.RepositoryModelLoadRequest(model_name=name)
-            if config:
-                request.parameters["config"].string_param = config
-            for key, data in files.items():
-                request.parameters[key].bytes_param = data
-            override, contents = decode_load_request(request)
-            await core.load_model(name, override, contents or None)
+            override = config_override(name, config) if config else None
+            await core.load_model(name, override, file_contents(files) or None)
         elif operation == "unload":
             name, dependents = args
             unloading = asyncio.ensure_future(core.unload_model(name, dependents))
