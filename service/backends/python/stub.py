@@ -28,6 +28,7 @@ from typing import Any
 
 from . import triton_python_backend_utils as pb_utils
 from .bls_client import BlsClient
+from .numpy1_names import restore_numpy1_names
 from .pb_core import BF16
 from .pb_metrics import set_metric_transport
 from .protocol import Channel, ChannelClosed, Packed, WireRequest
@@ -125,6 +126,7 @@ class Stub:
             level=logging.INFO,
             format="%(asctime)s " + label.replace("%", "%%") + " %(levelname)s: %(message)s",
         )
+        restore_numpy1_names()  # models written for Triton's NumPy 1 (decision 051)
         self.model_class = import_model_class(model_path)
         completed = None
         auto_complete = getattr(self.model_class, "auto_complete_config", None)
