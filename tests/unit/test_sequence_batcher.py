@@ -763,7 +763,7 @@ async def test_cancelling_a_queued_request_cancels_its_sequence(strategy: str) -
         _, second = await _cancel_one_queued(scheduler, 1, start=False)
         with pytest.raises(Cancelled) as info:
             await asyncio.wait_for(second, 5)
-        assert info.value.failure == "CANCELED"
+        assert (info.value.failure, info.value.message) == ("CANCELED", "")  # Triton's
         assert (stats.failures["CANCELED"], stats.cancelled) == (1, 1)
         gated.gate.set()
         assert await asyncio.wait_for(running, 5) == 4

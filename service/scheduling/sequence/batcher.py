@@ -53,8 +53,9 @@ _CORRID = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
-#: What the other queued requests of a cancelled sequence are answered (code CANCELLED).
-SEQUENCE_CANCELLED = "Request cancelled"
+#: The message the other queued requests of a cancelled sequence get with code CANCELLED:
+#: none, as Triton 2.51 answers them (its Status(CANCELLED), checked on the reference).
+SEQUENCE_CANCELLED = ""
 Rows = list[Job | None]
 #: A row's new state: the arrays (None when its instance holds them) and their shapes.
 RowState = tuple[list[Array] | None, StateShapes]
