@@ -333,11 +333,16 @@ def typed_outputs(model: ModelVersion, job: Job, results: dict[str, Array]) -> l
     array for an output its config declares FP32 reaches the client as FP16; checked on
     Triton 2.51). Only an array the protocol has no datatype for is the model's failure
     (Internal), counted by the engine that ran it, so this check stays there when a
-    frontend shapes the outputs (core/shaping.py)."""
+    frontend shapes the outputs (core/shaping.py). A requested output the model did not
+    produce (a Python model answering only the optional inputs it got) is left out, as
+    Triton's core sends only what the backend set; an ensemble step's absent output is
+    then an absent ensemble tensor (scheduling/ensemble.py)."""
     outputs = []
     for name in job.outputs:
         spec = model.outputs[name]
-        array = results[name]
+        array = results.get(name)
+        if array is None:  # requested, not produced: absent from the response, as in Triton
+            continue
         expected = datatypes.DATATYPES[spec.datatype].numpy
         datatype = spec.datatype
         if array.dtype != expected and not (spec.datatype == "BYTES" and array.dtype.kind in "OSU"):

@@ -27,7 +27,7 @@ import numpy as np
 
 from inference import model_config_pb2 as mc
 
-from ..errors import InvalidArgument, ServerError, Unavailable, request_prefix
+from ..errors import Internal, InvalidArgument, ServerError, Unavailable, request_prefix
 from ..repository.ensemble_config import StepShapes
 from ..statistics import BatchTimings, ModelStats
 from ..types import (
@@ -216,15 +216,24 @@ class _Run:
 
     async def _pump(self, index: int, request: InferRequest) -> None:
         """Forward one step instance's responses; a response without the final flag
-        parameter is the one response of a model that is not decoupled."""
+        parameter is the one response of a model that is not decoupled. Whatever happens
+        here ends in an event with ``done`` set, so ``execute`` never waits on a step that
+        is gone (a request left unanswered)."""
         final = False
         try:
             async for response in self.s.runner.stream_infer(request):
+                flagged = FINAL_FLAG in response.parameters
                 final = response.parameters.get(FINAL_FLAG, True) is True
-                # A flags-only final (empty) carries no tensors: it only ends the step.
-                self.events.put_nowait((index, response if response.outputs else None, final))
+                # Only a decoupled model's flags-only final (no tensors) merely ends the
+                # step; any other response sets every mapped output, absent ones to none.
+                real = bool(response.outputs) or not (flagged and final)
+                self.events.put_nowait((index, response if real else None, final))
         except ServerError as exc:
             self.events.put_nowait((index, exc, True))
+            return
+        except Exception as exc:  # a defect: fail the request rather than leave it waiting
+            error = Internal(f"step '{request.model_name}' failed: {exc!r}")
+            self.events.put_nowait((index, error, True))
             return
         if not final:
             self.events.put_nowait((index, None, True))

@@ -17,7 +17,7 @@ from google.protobuf import text_format
 
 from inference import model_config_pb2 as mc
 from service.backends.base import InstanceSpec, TimedOutputs
-from service.errors import InvalidArgument, Unavailable
+from service.errors import Cancelled, InvalidArgument, Unavailable
 from service.repository.completion import ModelSignature
 from service.scheduling.base import Job
 from service.scheduling.instances import InstancePool, InstanceWorker
@@ -733,6 +733,67 @@ async def test_driver_counts_a_request_whose_caller_left_during_execution() -> N
         await scheduler.stop()
     assert (stats.success.count, stats.fail.count, stats.cancelled) == (1, 0, 1)
     assert stats.execution_count == 1
+
+
+async def _cancel_one_queued(
+    scheduler: SequenceBatchScheduler, cid: int, start: bool
+) -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
+    """Queue two requests of sequence ``cid`` (the first with START when ``start``), then
+    cancel the first; the second is returned to be awaited."""
+    first = asyncio.create_task(scheduler.submit(job(cid, start=start, value=1)))
+    second = asyncio.create_task(scheduler.submit(job(cid, value=2)))
+    await asyncio.sleep(0.05)
+    assert not first.done() and not second.done()  # both queued
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    return first, second
+
+
+@pytest.mark.parametrize("strategy", ["direct { }", "oldest { max_candidate_sequences: 1 }"])
+async def test_cancelling_a_queued_request_cancels_its_sequence(strategy: str) -> None:
+    """Triton's scheduler_test (Direct, Oldest): the sequence's other queued request is
+    answered CANCELLED, both count as CANCELED failures (the caller of the answered one
+    counts its own), the request that runs finishes, and the sequence is over."""
+    scheduler, log, stats = make_scheduler(strategy, max_batch_size=1)
+    gated = _GatedAccumulator("acc_0", log)
+    scheduler._pool.workers[0].instance = gated
+    try:
+        running = asyncio.create_task(_value(scheduler, job(1, start=True, value=4)))
+        await asyncio.to_thread(gated.started.wait, 5)
+        _, second = await _cancel_one_queued(scheduler, 1, start=False)
+        with pytest.raises(Cancelled) as info:
+            await asyncio.wait_for(second, 5)
+        assert (info.value.failure, info.value.message) == ("CANCELED", "")  # Triton's
+        assert (stats.failures["CANCELED"], stats.cancelled) == (1, 1)
+        gated.gate.set()
+        assert await asyncio.wait_for(running, 5) == 4
+        with pytest.raises(InvalidArgument, match=START_FLAG):
+            await scheduler.submit(job(1, value=1))
+        # Its slot is free again: a new sequence runs.
+        assert await asyncio.wait_for(_value(scheduler, job(2, start=True, end=True)), 5) == 0
+    finally:
+        gated.gate.set()
+        await scheduler.stop()
+    assert stats.execution_count == 2
+
+
+async def test_cancelling_a_backlogged_request_cancels_its_sequence() -> None:
+    """Triton's scheduler_test (backlog): a sequence waiting for a slot is dropped with
+    every request of it, and the backlog moves on."""
+    scheduler, _, stats = make_scheduler(max_batch_size=1)
+    try:
+        assert await _value(scheduler, job(1, start=True, value=4)) == 4  # holds the slot
+        _, second = await _cancel_one_queued(scheduler, 2, start=True)
+        with pytest.raises(Cancelled):
+            await asyncio.wait_for(second, 5)
+        assert (stats.failures["CANCELED"], stats.cancelled) == (1, 1)
+        waiting = asyncio.create_task(_value(scheduler, job(3, start=True, end=True, value=7)))
+        assert await _value(scheduler, job(1, value=1, end=True)) == 5
+        assert await asyncio.wait_for(waiting, 5) == 7
+        with pytest.raises(InvalidArgument, match=START_FLAG):
+            await scheduler.submit(job(2, value=1))
+    finally:
+        await scheduler.stop()
 
 
 class _RemoteAccumulator(Accumulator):

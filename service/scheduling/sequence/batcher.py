@@ -32,9 +32,9 @@ from ...backends.base import (
     StateHolder,
     StateShapes,
 )
-from ...errors import Internal, InvalidArgument, ServerError, Unavailable
+from ...errors import Cancelled, Internal, InvalidArgument, ServerError, Unavailable
 from ...statistics import BatchTimings, ModelStats
-from ..abandoned import count_if_delivered_too_late
+from ..abandoned import caller_gone, count_if_delivered_too_late
 from ..base import Array, ExecutionResult, Job
 from ..batch import compute_bounds, takes_requests, union_outputs
 from ..delivery import batch_failure, outcome_of, settle
@@ -53,6 +53,9 @@ _CORRID = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
+#: The message the other queued requests of a cancelled sequence get with code CANCELLED:
+#: none, as Triton 2.51 answers them (its Status(CANCELLED), checked on the reference).
+SEQUENCE_CANCELLED = ""
 Rows = list[Job | None]
 #: A row's new state: the arrays (None when its instance holds them) and their shapes.
 RowState = tuple[list[Array] | None, StateShapes]
@@ -240,15 +243,23 @@ class SequenceBatchScheduler:
         return False
 
     def _drop_cancelled(self) -> None:
+        """A queued request whose caller left cancels its whole sequence, as in Triton:
+        every request of it still queued is answered CANCELLED (each a CANCELED failure)
+        and the sequence ends, so a later request for its ID needs START. A request that
+        runs now finishes; the sequence's room is freed once it has."""
         now = self._clock()
         for sequence in self._table.sequences():
-            gone = [j for j in sequence.pending if j.future is not None and j.future.done()]
-            for job in gone:
-                sequence.pending.remove(job)
-                self._stats.record_cancelled(now - job.enqueue_ns)
-                if job.reschedulable:  # released for good: its iterative sequence ends
-                    self._table.end(sequence)
-            if gone and sequence.finished:
+            if not any(caller_gone(job) for job in sequence.pending):
+                continue
+            log.debug("model '%s': sequence %s cancelled", self._name, sequence.cid)
+            while sequence.pending:
+                job = sequence.pending.popleft()
+                if job.future is None or job.future.done():
+                    self._stats.record_cancelled(now - job.enqueue_ns)
+                else:  # counted by its caller, under the failure reason given here
+                    job.future.set_exception(Cancelled(SEQUENCE_CANCELLED, failure="CANCELED"))
+            self._table.end(sequence)
+            if sequence.finished:
                 self._table.release(sequence)
 
     def _rows(self, instance: int, now: int) -> tuple[Rows, int | None]:
