@@ -15,7 +15,11 @@ echo "== mypy";                .venv/bin/mypy service gateway
 echo "== server-side tests";   .venv/bin/python -m pytest -q tests/unit
 echo "== client-side tests";   .venv-client/bin/python -m pytest -q tests/compat tests/integration tests/gateway
 # The integration suite (and the gateway's shared-memory tests: one registry behind REST
-# and gRPC) again with every server split into an engine and 2 frontends.
+# and gRPC) again with every server split into an engine and 2 frontends. The PyTorch and
+# OpenVINO modules run once: each already serves its models split (--frontends 2, instance
+# workers) in a test of its own, and a second full pass of them cost CI about a minute.
 echo "== client-side tests, --frontends 2"
 SERVICE_FRONTENDS=2 .venv-client/bin/python -m pytest -q -p no:cacheprovider tests/integration \
-    tests/gateway/test_gateway_shared_memory.py
+    tests/gateway/test_gateway_shared_memory.py \
+    --ignore tests/integration/test_pytorch_backend.py \
+    --ignore tests/integration/test_openvino_backend.py
