@@ -80,12 +80,19 @@ class GatewayApp:
         the span flush at exit."""
         self._stop_by = time.monotonic() + exit_timeout
 
-    def follow_service(self, on_stop: Callable[[float], None]) -> ServiceLink | None:
+    def follow_service(
+        self,
+        on_stop: Callable[[float], None],
+        watch: Callable[[Callable[[bool], None]], None] | None = None,
+    ) -> ServiceLink | None:
         """Follow the service's stop (``service_link.py``): ``on_stop(seconds)`` runs
-        when it begins. None before ``startup``."""
+        when it begins; ``watch`` (``HttpServer.watch_connections``) keeps the service
+        told whether HTTP connections are open. None before ``startup``."""
         if self._channel is None:
             return None
         self._link = ServiceLink(self._channel.channel, on_stop)
+        if watch is not None:
+            watch(self._link.set_busy)
         self._link.start(_LINK_WAIT_S)
         return self._link
 

@@ -125,13 +125,26 @@ class ServerState:
     in_flight: int = 0
     connections: set[Connection] = field(default_factory=set)
     lock: threading.Condition = field(default_factory=threading.Condition)
+    #: Called, under ``lock`` (so in order), with True as the first connection opens and
+    #: False as the last closes (``HttpServer.watch_connections``).
+    on_busy: Callable[[bool], None] | None = None
     _date: tuple[int, bytes] = (0, b"")
+
+    def add(self, connection: Connection) -> None:
+        with self.lock:
+            self.connections.add(connection)
+            if len(self.connections) == 1 and self.on_busy is not None:
+                self.on_busy(True)
 
     def forget(self, connection: Connection) -> None:
         with self.lock:
+            if connection not in self.connections:
+                return
             self.connections.discard(connection)
             if not self.connections:
                 self.lock.notify_all()  # a stop waits for the last one (wait_no_connections)
+                if self.on_busy is not None:
+                    self.on_busy(False)
 
     def wait_no_connections(self, timeout: float) -> bool:
         """Until no connection is open (Triton's HTTP stop counts them); False on timeout."""

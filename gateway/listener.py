@@ -14,6 +14,7 @@ import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from .http11 import IDLE_TIMEOUT, Connection, Handler, ServerState
@@ -92,6 +93,14 @@ class HttpServer:
         with self.state.lock:
             return len(self.state.connections)
 
+    def watch_connections(self, on_busy: Callable[[bool], None]) -> None:
+        """``on_busy(True)`` as the first connection opens, ``(False)`` as the last closes,
+        in order; called now with whether any is open (the service's stop asks it:
+        ``service_link.py``)."""
+        with self.state.lock:
+            self.state.on_busy = on_busy
+            on_busy(bool(self.state.connections))
+
     def wait_no_connections(self, timeout: float) -> bool:
         """Until every connection has closed; False on timeout."""
         return self.state.wait_no_connections(timeout)
@@ -138,8 +147,7 @@ class HttpServer:
             # Linux passes the listener's TCP_NODELAY on; elsewhere it must be set here.
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = Connection(state, conn)
-            with state.lock:
-                state.connections.add(connection)
+            state.add(connection)
             self._parker.add(connection)  # parked until it sends something
 
     def close(self, grace: float) -> None:

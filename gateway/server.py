@@ -105,7 +105,7 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     stop = _Stop(app, config.exit_timeout_secs)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    link = app.follow_service(stop.begin)
+    link = app.follow_service(stop.begin, server.watch_connections)
     if worker is None:
         log.info("REST gateway in front of %s", config.upstream)
         log.info("Started HTTPService at %s:%d%s", host, port, scheme)

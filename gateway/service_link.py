@@ -6,7 +6,10 @@ pid; ``scripts/serve.sh`` signals both). So a thread holds one call of the servi
 ``triton_gateway.GatewayLink/Follow`` (``service/grpc_frontend/gateway_link.py``) open:
 the service's notice ``{"stop": seconds}`` starts the gateway's own stop with that exit
 timeout, and once its HTTP connections are gone (or the timeout spent) the gateway
-answers ``{"left": seconds}``, the time the service's core stop then gets.
+answers ``{"left": seconds}``, the time the service's core stop then gets. All along it
+says whether it holds HTTP connections (``{"busy": 1}`` / ``{"busy": 0}``, as the call
+starts and at each change, ``set_busy``): a stop signalled while no gateway holds any
+refuses new requests at once, with nothing to wait for here (``service/admission.py``).
 
 Raw bytes, JSON both ways. The call is made again a second after it ends (the service
 restarted, or not up yet); a service without the method (UNIMPLEMENTED) is not asked
@@ -40,7 +43,9 @@ def _identity(data: bytes) -> bytes:
 
 class ServiceLink:
     """``start`` the following thread; ``on_stop(seconds)`` runs (once) when the service
-    stops; ``report(left)`` answers it once the HTTP endpoint has stopped."""
+    stops; ``report(left)`` answers it once the HTTP endpoint has stopped;
+    ``set_busy`` tells it whether HTTP connections are open (until the first call,
+    the service counts this gateway as holding some)."""
 
     def __init__(self, channel: grpc.Channel, on_stop: Callable[[float], None]) -> None:
         self._follow = channel.stream_stream(
@@ -54,6 +59,7 @@ class ServiceLink:
         #: The service has the call: its stop will be told (set once, never cleared).
         self.linked = threading.Event()
         self.noticed = False
+        self._busy = True
 
     def start(self, wait: float) -> None:
         """Follow from now on; wait up to ``wait`` seconds for the service to take the
@@ -61,6 +67,16 @@ class ServiceLink:
         service that is down costs that wait, once)."""
         threading.Thread(target=self._run, name="service-link", daemon=True).start()
         self.linked.wait(wait)
+
+    def set_busy(self, busy: bool) -> None:
+        """Whether HTTP connections are open now; the call in progress carries each
+        change (``HttpServer.watch_connections`` calls this, in order)."""
+        with self._lock:
+            if busy == self._busy:
+                return
+            self._busy = busy
+            if self._outbox is not None and not self._done.is_set():
+                self._outbox.put(gateway_link.encode(gateway_link.BUSY, int(busy)))
 
     def report(self, left: float) -> None:
         """The HTTP endpoint has stopped with ``left`` seconds of the exit timeout: tell
@@ -71,6 +87,7 @@ class ServiceLink:
         if outbox is None:
             return
         outbox.put(gateway_link.encode(gateway_link.LEFT, left))
+        outbox.put(None)  # then the half-close
         self._ended.wait(_REPORT_WAIT_S)
 
     def close(self) -> None:
@@ -90,10 +107,11 @@ class ServiceLink:
                 return False
             self._outbox = outbox
             self._ended.clear()
+            outbox.put(gateway_link.encode(gateway_link.BUSY, int(self._busy)))
 
         def requests() -> Iterator[bytes]:
-            frame = outbox.get()  # the report, or None when the call ended without one
-            if frame is not None:
+            # Busy or not, the report, until None: after the report, or the call ended.
+            while (frame := outbox.get()) is not None:
                 yield frame
 
         try:

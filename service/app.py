@@ -4,9 +4,11 @@ frontend processes; signals; graceful stop."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 
+from .admission import Admission
 from .collector import settle_heap
 from .config import ServerConfig
 from .exiting import exit_timeout_expired, leave
@@ -25,12 +27,22 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
 
     ``logs`` (set up by ``__main__``) makes the LogSettings RPC available.
     """
-    # Signals first: a SIGTERM at any moment from here on is a graceful stop.
+    # Signals first: a SIGTERM at any moment from here on is a graceful stop. With no REST
+    # gateway holding HTTP connections, new requests are refused from the signal on, as
+    # Triton refuses them once its handler has run (admission.py); a second signal
+    # changes nothing, as in Triton.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    admission = Admission()
+
+    def signalled() -> None:
+        if not stop.is_set():
+            admission.signalled(lame_duck=config.lame_duck_s > 0)
+            stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    runtime = Runtime(config)
+        loop.add_signal_handler(sig, signalled)
+    runtime = Runtime(config, admission=admission)
     if not await runtime.start_models():
         return 1
     try:
@@ -40,6 +52,7 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
             logs=LocalLogs(logs) if logs is not None else None,
             tracing=LocalTracing(runtime.tracing),
         )
+        frontend.gateways.on_busy = functools.partial(admission.set_busy, 0)
         metrics_port = await runtime.start_metrics()
         port = await frontend.start()
     except OSError as exc:

@@ -89,6 +89,11 @@ class ServerConfig:
     # Triton's flags given that change nothing here: one line each, logged at start.
     notes: tuple[str, ...] = ()
 
+    @property
+    def lame_duck_s(self) -> float:
+        """The lame duck a stop gets: --lame-duck-secs, at most half of the exit timeout."""
+        return min(self.lame_duck_secs, self.exit_timeout_secs / 2)
+
 
 def _cache_size(specs: Sequence[str]) -> int:
     """``local,size=N`` (Triton's syntax) -> N bytes; other cache kinds are refused."""

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .admission import Admission
 from .backends import backend_config
 from .backends.python import bls
 from .cache import ResponseCache
@@ -40,9 +41,13 @@ log = logging.getLogger("service")
 class Runtime:
     """Built from the config; ``start`` loads the models, ``stop_*`` take it down."""
 
-    def __init__(self, config: ServerConfig, *, isolate: bool = False) -> None:
+    def __init__(
+        self, config: ServerConfig, *, isolate: bool = False, admission: Admission | None = None
+    ) -> None:
         """``isolate``: ONNX Runtime instances in worker processes (only the engine of the
-        split layout asks, with ``SERVICE_INSTANCE_WORKERS=1``: decision 030)."""
+        split layout asks, with ``SERVICE_INSTANCE_WORKERS=1``: decision 030);
+        ``admission``: the core's refusal flags, shared with the process that takes the
+        stop signal (``admission.py``)."""
         self.config = config
         for note in config.notes:  # Triton's flags that change nothing here, once each
             log.warning("%s", note)
@@ -71,6 +76,7 @@ class Runtime:
             strict_readiness=config.strict_readiness,
             cache=self.cache,
             server_id=config.server_id,
+            admission=admission,
         )
         self.tracing = Tracing(config.trace)
         self.steps = TracingStepRunner(self.core.step_runner, self.tracing)
@@ -134,10 +140,11 @@ class Runtime:
     def stop_accepting(self) -> None:
         """Readiness false and new stream requests refused; new unary ones too unless a
         lame duck is set (``lame_duck``); repository polling ends. Triton's core logs
-        its line here, once the HTTP connections have gone (``stop_http``)."""
+        its line here, once the HTTP connections have gone (``stop_http``). Without any,
+        the refusals began at the signal already (``admission.py``)."""
         log.info("Waiting for in-flight requests to complete.")
         self.core.stop_accepting()
-        if self._lame_duck_s() == 0:
+        if self.config.lame_duck_s == 0:
             self.core.refuse_new()  # before the listener closes: nothing slips in
         if self._poller is not None:
             self._poller.cancel()
@@ -148,14 +155,11 @@ class Runtime:
         now: a balancer's kept connection may carry one it had no way to send elsewhere),
         then refuse every new inference but those of sequences in progress, as Triton
         does from the signal on (its default, 0)."""
-        seconds = self._lame_duck_s()
+        seconds = self.config.lame_duck_s
         if seconds:
             await asyncio.sleep(seconds)
             self.core.refuse_new()
         log.info("lame duck over (%gs): new inference requests are refused", seconds)
-
-    def _lame_duck_s(self) -> float:
-        return min(self.config.lame_duck_secs, self.config.exit_timeout_secs / 2)
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the inferences in flight and the sequences in

@@ -5,7 +5,10 @@ never copied). It reserves the gRPC port (``--grpc-port 0`` picks it once, here)
 the engine and waits until its models are loaded, then starts the frontends and logs the
 start-up lines once every one is serving. A frontend that dies is replaced (its callers
 lost only their own requests); the engine dying stops the server with exit code 1.
-SIGTERM/SIGINT hand the graceful stop to the engine, which leads the frontends through it.
+SIGTERM/SIGINT hand the graceful stop to the engine, which leads the frontends through it;
+but first, in the handler itself, new requests are refused when no REST gateway holds
+HTTP connections (``admission.py``): the engine's core reads that flag at every
+admission, so the refusals begin before the engine or any frontend has woken.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from wire.heap import huge_pages_for_children
 
+from .admission import Admission
 from .config import ServerConfig
 from .engine.main import run_engine
 from .frontend.main import run_frontend
@@ -104,6 +108,9 @@ class Supervisor:
         self._ctx = multiprocessing.get_context("spawn")
         self._address = f"\0service-engine-{os.getpid()}-{secrets.token_hex(4)}"
         self._signals: list[int] = []
+        #: The refusal flags and the gateways' counts, shared with every child (one
+        #: count per frontend index, 1..N, at slot index - 1).
+        self._admission = Admission(config.frontends, self._ctx)
         self._wakeup_r, self._wakeup_w = os.pipe()
         self._engine: BaseProcess | None = None
         self._engine_conn: Connection | None = None
@@ -131,11 +138,17 @@ class Supervisor:
             self._address,
             self._port,
             self._local,
+            self._admission,
         )
         self._frontends[index] = _Frontend(index, process, conn)
         log.info("frontend %d started (pid %s)", index, process.pid)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        """The first signal refuses new requests at once where it may (the main loop,
+        woken through the wakeup fd, then starts the stop); later ones change nothing,
+        as in Triton."""
+        if not self._signals:
+            self._admission.signalled(lame_duck=self._config.lame_duck_s > 0)
         self._signals.append(signum)
 
     def _wait(self, timeout: float | None = None) -> list[Any]:
@@ -186,7 +199,7 @@ class Supervisor:
     def _start(self) -> int | None:
         """Engine, then frontends; None once all serve, else the exit code."""
         self._engine, self._engine_conn = self._spawn(
-            "engine", run_engine, self._config, self._address
+            "engine", run_engine, self._config, self._address, self._admission
         )
         log.info("engine started (pid %s)", self._engine.pid)
         metrics_port = 0
@@ -248,6 +261,8 @@ class Supervisor:
             _describe(slot.process.exitcode),
         )
         slot.conn.close()
+        # Its followers' calls ended with it: they follow another frontend from now on.
+        self._admission.set_busy(slot.index - 1, 0)
         if not slot.serving and time.monotonic() - slot.started < _RESTART_PAUSE:
             time.sleep(_RESTART_PAUSE)  # it failed at once: do not spin
         self._start_frontend(slot.index)

@@ -110,6 +110,14 @@ class LoggedProcess:
                 self.port = int(match.group(1))
                 self._ready.set()
 
+    def wait_for_log(self, fragment: str, timeout: float = 10.0) -> None:
+        """Until a line holding ``fragment`` has been logged."""
+        deadline = time.monotonic() + timeout
+        while fragment not in self.log:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{fragment!r} not logged in {timeout}s:\n{self.log}")
+            time.sleep(0.005)
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait; returns the exit code."""
         if self._proc is None:

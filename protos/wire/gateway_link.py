@@ -3,21 +3,25 @@ name and its two messages, written once for both sides (``gateway/service_link.p
 ``service/grpc_frontend/gateway_link.py``; decision 033).
 
 Raw bytes, one JSON object per message: service to gateway ``{"stop": seconds}`` (the
-exit timeout the gateway's HTTP stop gets), gateway to service ``{"left": seconds}`` (what
-it left of it). No proto and no reflection entry: it is private to our two processes.
+exit timeout the gateway's HTTP stop gets); gateway to service ``{"busy": 0 or 1}``
+(whether it holds HTTP connections: first as the call starts, then at each change; a stop
+signalled while no gateway holds any refuses new requests at once, ``service/admission.py``)
+and ``{"left": seconds}`` (what its HTTP stop left of the exit timeout). No proto and no
+reflection entry: it is private to our two processes.
 """
 
 from __future__ import annotations
 
 import json
 
-__all__ = ["LEFT", "METHOD", "PATH", "SERVICE", "STOP", "encode", "seconds"]
+__all__ = ["BUSY", "LEFT", "METHOD", "PATH", "SERVICE", "STOP", "encode", "flag", "seconds"]
 
 SERVICE = "triton_gateway.GatewayLink"
 METHOD = "Follow"
 PATH = f"/{SERVICE}/{METHOD}"
 STOP = "stop"  # service -> gateway: the exit timeout
 LEFT = "left"  # gateway -> service: the seconds of it left
+BUSY = "busy"  # gateway -> service: 1 while it holds HTTP connections, else 0
 
 
 def encode(key: str, value: float) -> bytes:
@@ -34,3 +38,9 @@ def seconds(frame: bytes, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return max(0.0, float(value))
+
+
+def flag(frame: bytes, key: str) -> bool | None:
+    """Whether the number under ``key`` in ``frame`` is not 0; None for anything else."""
+    value = seconds(frame, key)
+    return None if value is None else value > 0

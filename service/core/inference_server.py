@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from inference import model_config_pb2 as mc
 
 from .. import SERVER_ID, __version__
+from ..admission import Admission
 from ..cache import ResponseCache, cache_key, small_key
 from ..errors import (
     ServerError,
@@ -113,14 +114,18 @@ class InferenceServer:
         cache: ResponseCache | None = None,
         server_id: str = SERVER_ID,
         shared_memory: SharedMemoryRegistry | None = None,
+        admission: Admission | None = None,
     ) -> None:
+        """``admission``: the refusal flags, shared with the process that takes the stop
+        signal (``admission.py``); this server's own when not given."""
         self._models = models
         self._shm = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         self._id = server_id
         self._strict = strict_readiness
         self._cache = cache
-        self._accepting = True  # new stream requests (see stop_accepting)
-        self._accepting_unary = True  # new unary inferences (see refuse_new)
+        # New stream requests refused from ``stop_accepting``, new unary ones from
+        # ``refuse_new``; or both from the signal on (``Admission.signalled``).
+        self._admission = admission if admission is not None else Admission()
         self._inflight = InFlight()
 
     def stop_accepting(self) -> None:
@@ -131,14 +136,13 @@ class InferenceServer:
         was sent on an open connection before its client could know (a balancer's kept
         connection), and refusing it would fail a request the balancer could not send
         elsewhere."""
-        self._accepting = False
+        self._admission.refuse_streams()
 
     def refuse_new(self) -> None:
         """The lame duck is over: new unary inferences are refused too, as Triton refuses
         them while it stops, except those that continue a sequence in progress. The steps
         of ensembles in flight still run (``step_runner``)."""
-        self._accepting = False
-        self._accepting_unary = False
+        self._admission.refuse_all()
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` until no inference is in flight and no sequence is in
@@ -172,7 +176,7 @@ class InferenceServer:
         return True
 
     def is_ready(self) -> bool:
-        if not self._accepting:
+        if self._admission.streams_refused:
             return False
         return self._models.all_ready() if self._strict else True
 
@@ -295,7 +299,7 @@ class InferenceServer:
         stream ends only once the model's ``execute`` has returned, not just at the final
         response, so that a trace's compute spans lie within its request span.
         """
-        if not self._accepting:
+        if self._admission.streams_refused:
             self._admit_while_stopping(request)
         return self._responses(request, record)
 
@@ -349,7 +353,7 @@ class InferenceServer:
         ran it is left ``unshaped`` for the frontend that checked it (core/shaping.py),
         as ``start_infer`` leaves it (the engine passes False where it must read the
         outputs itself: a trace records them)."""
-        if not self._accepting_unary:
+        if self._admission.unary_refused:
             self._admit_while_stopping(request)
         return await self._infer(request, checked, leave_shaping)
 
@@ -371,7 +375,7 @@ class InferenceServer:
         a sequence or ensemble scheduler). ``checked``: a frontend validated it
         (core/checked.py); against this very version, only its job is built here, and
         the response is left ``unshaped`` for that frontend (core/shaping.py)."""
-        if not self._accepting_unary:
+        if self._admission.unary_refused:
             self._admit_while_stopping(request)
         start = time.monotonic_ns()
         model = self._unary_model(request)

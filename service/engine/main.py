@@ -1,6 +1,9 @@
 """The engine process: runtime (models, core, metrics, tracing) behind the channel.
 
-Started by the supervisor (``supervisor.py``), which it tells when it is ready. SIGTERM
+Started by the supervisor (``supervisor.py``), which it tells when it is ready. Its core
+reads the refusal flags the supervisor shares (``admission.py``): with no REST gateway
+holding HTTP connections, the supervisor's signal handler raised them already, and new
+requests are refused from the signal on. SIGTERM
 from the supervisor starts the graceful stop, which the engine leads: first the REST
 gateways that follow the frontends stop their HTTP endpoints (Triton stops its HTTP
 endpoint before its core; ``grpc_frontend/gateway_link.py``), then readiness false,
@@ -24,6 +27,7 @@ from multiprocessing.connection import Connection
 from wire.heap import reuse_freed_pages
 
 from .. import loop
+from ..admission import Admission
 from ..collector import settle_heap
 from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
@@ -56,8 +60,11 @@ def set_switch_interval(value: str) -> float | None:
     return sys.getswitchinterval()
 
 
-def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
-    """Process entry point (spawned)."""
+def run_engine(
+    config: ServerConfig, address: str, admission: Admission, parent: Connection
+) -> None:
+    """Process entry point (spawned). ``admission``: the core's refusal flags, which the
+    supervisor may raise in its signal handler (``admission.py``)."""
     reuse_freed_pages()
     try:
         logs = LogControl(config.log)
@@ -66,7 +73,7 @@ def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
         parent.send(("failed", 0))
         sys.exit(1)
     try:
-        code = loop.run(_serve(config, address, parent, logs))
+        code = loop.run(_serve(config, address, admission, parent, logs))
     finally:
         logs.close()
     # Models are unloaded and spans flushed within --exit-timeout-secs: an exporter still
@@ -76,7 +83,13 @@ def run_engine(config: ServerConfig, address: str, parent: Connection) -> None:
     os._exit(code)
 
 
-async def _serve(config: ServerConfig, address: str, parent: Connection, logs: LogControl) -> int:
+async def _serve(
+    config: ServerConfig,
+    address: str,
+    admission: Admission,
+    parent: Connection,
+    logs: LogControl,
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -94,7 +107,8 @@ async def _serve(config: ServerConfig, address: str, parent: Connection, logs: L
 
     # ONNX Runtime instances in worker processes: measured slower on 2 cores (decision 030),
     # so only on request until the hop is cheaper.
-    runtime = Runtime(config, isolate=os.environ.get("SERVICE_INSTANCE_WORKERS") == "1")
+    isolate = os.environ.get("SERVICE_INSTANCE_WORKERS") == "1"
+    runtime = Runtime(config, isolate=isolate, admission=admission)
     set_switch_interval(os.environ.get(SWITCH_INTERVAL_ENV, ""))
     if not await runtime.start_models():
         parent.send(("failed", 0))

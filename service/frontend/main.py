@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import socket
@@ -24,6 +25,7 @@ from typing import Any
 from wire.heap import reuse_freed_pages
 
 from .. import loop
+from ..admission import Admission
 from ..collector import settle_heap
 from ..config import ServerConfig
 from ..exiting import exit_timeout_expired, leave
@@ -44,12 +46,16 @@ def run_frontend(
     address: str,
     port: int,
     local: socket.socket | None,
+    admission: Admission,
     parent: Connection,
 ) -> None:
-    """Process entry point (spawned by the supervisor)."""
+    """Process entry point (spawned by the supervisor). ``admission``: where this
+    frontend's count of gateways holding HTTP connections goes (``admission.py``)."""
     reuse_freed_pages()
     # Ctrl-C reaches the whole process group, and a service manager may signal every
-    # process of the group: the engine leads the stop, a frontend exits when told.
+    # process of the group: the engine leads the stop, a frontend exits when told. New
+    # requests need not wait for that: the supervisor's handler refuses them in the
+    # engine's core (admission.py).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
@@ -59,7 +65,7 @@ def run_frontend(
         parent.send(("failed", str(exc)))
         sys.exit(1)
     try:
-        code = loop.run(_serve(config, index, address, port, local, parent, logs))
+        code = loop.run(_serve(config, index, address, port, local, admission, parent, logs))
     finally:
         logs.close()
     sys.exit(code)
@@ -93,6 +99,7 @@ async def _serve(
     address: str,
     port: int,
     local: socket.socket | None,
+    admission: Admission,
     parent: Connection,
     logs: LogControl,
 ) -> int:
@@ -115,6 +122,8 @@ async def _serve(
             quiet=index != 1,  # start-up notes once, from the first frontend
             local_socket=local,
         )
+        frontend.gateways.on_busy = functools.partial(admission.set_busy, index - 1)
+        admission.set_busy(index - 1, 0)
         await frontend.start()
     except OSError as exc:
         log.error("%s", exc)

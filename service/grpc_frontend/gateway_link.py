@@ -11,16 +11,22 @@ on its channel: at the stop it gets a notice with the exit timeout, runs Triton'
 stop itself (the countdown lines are its), and answers with the seconds it left.
 
 Wire (``wire/gateway_link.py``): service to gateway ``{"stop": seconds}``; gateway to
-service ``{"left": seconds}``, then its half-close. A caller that is not a gateway can at
-most hold the stop for the exit timeout, which bounds the wait
+service ``{"busy": 0 or 1}`` as the call starts and whenever it changes, and at the end
+``{"left": seconds}``, then its half-close. A caller that is not a gateway can at most
+hold the stop for the exit timeout, which bounds the wait
 (docs/decisions/033-http-connections-before-the-core-stops.md).
+
+How many followers hold HTTP connections (or have not said: an older gateway, or one
+whose first word is on its way) goes to ``on_busy`` at each change: the process that
+takes the stop signal reads it to know whether new requests may be refused at once
+(``service/admission.py``, decision 053).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -35,18 +41,51 @@ log = logging.getLogger(__name__)
 _REPORT_MARGIN_S = 2.0
 
 
-class GatewayLinks:
-    """One process's gateway calls (``rpc_handler``) and the HTTP stop (``stop_http``)."""
+class _Follower:
+    """One gateway's call: whether it holds HTTP connections (until it says, it may),
+    and its report of the HTTP stop (None: gone without one)."""
 
-    def __init__(self) -> None:
-        self._reports: set[asyncio.Future[float | None]] = set()
+    __slots__ = ("busy", "report")
+
+    def __init__(self, report: asyncio.Future[float | None]) -> None:
+        self.busy = True
+        self.report = report
+
+
+class GatewayLinks:
+    """One process's gateway calls (``rpc_handler``) and the HTTP stop (``stop_http``);
+    ``on_busy(n)``: the followers holding HTTP connections are now ``n``."""
+
+    def __init__(self, on_busy: Callable[[int], None] | None = None) -> None:
+        self._followers: set[_Follower] = set()
         self._stopping = asyncio.Event()
         self._seconds = 0.0
+        self.on_busy = on_busy
+        self._busy = 0
 
     @property
     def following(self) -> int:
         """Gateways following this process now."""
-        return len(self._reports)
+        return len(self._followers)
+
+    @property
+    def busy(self) -> int:
+        """Followers that hold HTTP connections, or have not said whether they do."""
+        return self._busy
+
+    def _changed(self) -> None:
+        busy = sum(1 for f in self._followers if f.busy)
+        if busy == self._busy:
+            return
+        self._busy = busy
+        log.debug(
+            "REST gateways following: %d, holding HTTP connections: %d",
+            len(self._followers),
+            busy,
+            extra={"verbose": 1},
+        )
+        if self.on_busy is not None:
+            self.on_busy(busy)
 
     def rpc_handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         """For ``grpc.aio.Server.add_generic_rpc_handlers``; raw bytes both ways."""
@@ -59,22 +98,39 @@ class GatewayLinks:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
         """Held open until the stop: then the notice, and the gateway's report awaited.
-        A gateway that goes away (its call cancelled) resolves its report as None."""
-        report: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-        self._reports.add(report)
+        Its frames are read all along (``_read``). A gateway that goes away (its call
+        cancelled) resolves its report as None."""
+        follower = _Follower(asyncio.get_running_loop().create_future())
+        self._followers.add(follower)
+        self._changed()  # it may hold connections until it says
+        reader = asyncio.create_task(self._read(requests, follower))
         try:
             await context.send_initial_metadata(())  # the gateway knows it is followed
             await self._stopping.wait()
             yield gateway_link.encode(gateway_link.STOP, self._seconds)
-            async for frame in requests:
-                left = gateway_link.seconds(frame, gateway_link.LEFT)
-                if left is not None:
-                    report.set_result(left)
-                    break
+            await follower.report
         finally:
-            self._reports.discard(report)
-            if not report.done():
-                report.set_result(None)
+            reader.cancel()
+            self._followers.discard(follower)
+            if not follower.report.done():
+                follower.report.set_result(None)
+            self._changed()
+
+    async def _read(self, requests: AsyncIterator[bytes], follower: _Follower) -> None:
+        """The gateway's frames: whether it holds HTTP connections, then its report."""
+        try:
+            async for frame in requests:
+                busy = gateway_link.flag(frame, gateway_link.BUSY)
+                if busy is not None:
+                    follower.busy = busy
+                    self._changed()
+                    continue
+                left = gateway_link.seconds(frame, gateway_link.LEFT)
+                if left is not None and not follower.report.done():
+                    follower.report.set_result(left)
+        finally:
+            if not follower.report.done():
+                follower.report.set_result(None)
 
     async def stop_http(self, seconds: float) -> float:
         """Tell every gateway that the stop begins and wait until each has stopped its
@@ -84,7 +140,7 @@ class GatewayLinks:
         loop = asyncio.get_running_loop()
         started = loop.time()
         self._seconds = seconds
-        reports = list(self._reports)
+        reports = [f.report for f in self._followers]
         self._stopping.set()
         if not reports:
             return seconds

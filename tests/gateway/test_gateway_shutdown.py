@@ -6,20 +6,31 @@ log must show the HTTP connections' countdown handing what it left to the core's
 ``Timeout 30: `` only). Here the signal reaches only the service; its gateway follows
 (``gateway/service_link.py``, ``service/grpc_frontend/gateway_link.py``). Real service,
 real gateway, tritonclient over HTTP; both layouts of the service.
+
+With no HTTP connection open, Triton's core stops as soon as its handler has run, and its
+qa ``L0_grpc_state_cleanup`` ``*_shutdownserver`` expect the requests a stream sends
+after the signal to be refused: here the signalled process refuses them itself, with no
+process to wait for (``service/admission.py``), which a frozen gateway proves.
 """
 
 from __future__ import annotations
 
 import http.client
+import queue
 import re
 import signal
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from gated_model import write_gated_model
 from gateway_process import GatewayProcess, http_request
 from server_process import ServerProcess
+from tritonclient.utils import InferenceServerException
 
 _HTTP_COUNT = re.compile(r"Timeout (\d+): Found (\d+) HTTP service connections")
 _STAMP = re.compile(r"^[IWE](\d{4} \d\d:\d\d:\d\d\.\d{6}) ")
@@ -47,9 +58,18 @@ def _stamp(log: str, text: str, last: bool = False) -> str:
     return match.group(1)
 
 
-def _start(exit_timeout: str, frontends: str) -> tuple[ServerProcess, GatewayProcess]:
+_STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+
+
+def _start(
+    exit_timeout: str, frontends: str, repository: Path | None = None, *more: str
+) -> tuple[ServerProcess, GatewayProcess]:
     timeout = ["--exit-timeout-secs", exit_timeout]
-    server = ServerProcess(extra_args=["--frontends", frontends, *timeout]).start()
+    args = ["--frontends", frontends, *timeout, *more]
+    if repository is None:
+        server = ServerProcess(extra_args=args).start()
+    else:
+        server = ServerProcess([repository], extra_args=args).start()
     try:
         gateway = GatewayProcess(server.url, timeout).start()
     except BaseException:
@@ -118,4 +138,52 @@ def test_without_http_connections_the_stop_is_not_held() -> None:
         gateway.kill()
         server.kill()
     assert not _HTTP_COUNT.search(gateway.log), gateway.log
+    assert "Waiting for in-flight requests to complete." in server.log
+
+
+def _gated_request(request_id: str) -> dict[str, Any]:
+    data = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    data.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    return {"model_name": "gated", "inputs": [data], "request_id": request_id}
+
+
+@pytest.mark.parametrize("frontends", ["0", "2"])
+def test_a_streams_requests_after_the_signal_are_refused(frontends: str, tmp_path: Path) -> None:
+    """The gateway follows but holds no HTTP connection, and is frozen (SIGSTOP) before
+    the signal: the request the stream sends once the signalled process has logged its
+    stop is refused with Triton's text, although the gateway cannot answer the stop's
+    HTTP step; the request admitted before the signal is answered, and both processes
+    stop cleanly once the gateway runs again."""
+    gated = write_gated_model(tmp_path, "gated", "", max_batch_size=8)
+    server, gateway = _start("30", frontends, tmp_path, "--log-verbose", "1")
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.url)
+    try:
+        # The service knows that the gateway holds no HTTP connection.
+        server.wait_for_log("REST gateways following: 1, holding HTTP connections: 0", 30)
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        client.async_stream_infer(**_gated_request("admitted"))
+        gated.wait_started()  # in flight, held at the gate
+        gateway.send_signal(signal.SIGSTOP)
+        try:
+            server.send_signal(signal.SIGINT)
+            server.wait_for_log("shutting down: waiting up to", 30)  # logged after the handler
+            client.async_stream_infer(**_gated_request("late"))
+            refused = answers.get(timeout=20)
+        finally:
+            gateway.send_signal(signal.SIGCONT)
+        assert isinstance(refused, InferenceServerException), refused
+        assert f"[request id: late] {_STOPPING}" in str(refused)
+        gated.open_gate()
+        served = answers.get(timeout=30)
+        assert not isinstance(served, InferenceServerException), served
+        assert served.get_response().id == "admitted"
+        assert (served.as_numpy("OUTPUT0") == 1).all()
+        client.stop_stream()
+        assert server.wait(30) == 0
+        assert gateway.wait(30) == 0
+    finally:
+        client.close()
+        gateway.kill()
+        server.kill()
     assert "Waiting for in-flight requests to complete." in server.log

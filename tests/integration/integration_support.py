@@ -8,7 +8,6 @@ pytest's default import mode puts each test folder on sys.path by its bare modul
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -140,8 +139,4 @@ def running_server(*args: Any, **kwargs: Any) -> Iterator[ServerProcess]:
 
 
 def wait_for_log(server: ServerProcess, fragment: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while fragment not in server.log:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{fragment!r} not logged in {timeout}s:\n{server.log}")
-        time.sleep(0.005)
+    server.wait_for_log(fragment, timeout)

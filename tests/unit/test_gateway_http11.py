@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
@@ -256,6 +256,34 @@ def test_idle_connections_are_closed(server: tuple[HttpServer, int]) -> None:
         start = time.monotonic()
         assert conn.recv(10) == b""
     assert 1.5 < time.monotonic() - start < 8
+
+
+def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, "not reached in 10 s"
+        time.sleep(0.01)
+
+
+def test_the_first_open_and_the_last_close_are_told_in_order(
+    server: tuple[HttpServer, int],
+) -> None:
+    """What the service's stop asks of the gateway (service_link.py): whether any HTTP
+    connection is open, told at once and at each change, however many are open."""
+    http, port = server
+    told: list[bool] = []
+    http.watch_connections(told.append)
+    assert told == [False]
+    first, second = _connect(port), _connect(port)
+    _until(lambda: http.open_connections == 2)
+    assert told == [False, True]
+    first.close()
+    _until(lambda: http.open_connections == 1)
+    assert told == [False, True]
+    assert _exchange(port, b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")[0] == 200
+    second.close()
+    _until(lambda: http.open_connections == 0)
+    assert told == [False, True, False]
 
 
 def test_close_waits_for_requests_in_flight() -> None:
