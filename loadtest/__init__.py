@@ -12,5 +12,6 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS = REPO_ROOT / "loadtest" / "results"
-if str(REPO_ROOT / "tests") not in sys.path:
-    sys.path.append(str(REPO_ROOT / "tests"))
+for _folder in (REPO_ROOT / "tests", REPO_ROOT / "tests" / "gateway"):  # gateway_process too
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))

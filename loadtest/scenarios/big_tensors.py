@@ -24,16 +24,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from gateway_process import GatewayProcess
 from server_process import LoggedProcess, ServerProcess
 
 from loadtest import REPO_ROOT, RESULTS
 from loadtest.report import command, loadavg, publish, short_commit, table
 from loadtest.scenario import Scenario, register
 from loadtest.scenarios.cpu_bench import REFERENCE, free_port
-
-if str(REPO_ROOT / "tests" / "gateway") not in sys.path:
-    sys.path.append(str(REPO_ROOT / "tests" / "gateway"))
-from gateway_process import GatewayProcess
 
 CLIENT_PYTHON = REPO_ROOT / ".venv-client" / "bin" / "python"
 LOOP = Path(__file__).resolve().parents[1] / "tensor_round_trips.py"

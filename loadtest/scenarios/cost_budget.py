@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gateway_process import GatewayProcess
 from server_process import ServerProcess
 
 from loadtest import REPO_ROOT, RESULTS
@@ -54,9 +55,6 @@ class TritonPythonModel:
             [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
             for r in requests]
 """
-if str(REPO_ROOT / "tests" / "gateway") not in sys.path:
-    sys.path.append(str(REPO_ROOT / "tests" / "gateway"))
-from gateway_process import GatewayProcess  # noqa: E402  (tests/gateway, as the tests do)
 
 ONE_INSTANCE = "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
 
