@@ -6,7 +6,10 @@
   its own coroutine completes (qa/L0_backend_python/async_execute);
 * non-decoupled: the stub waits for ``future.result()`` before it reports the execution,
   so one instance runs one coroutine at a time (measured on the reference Triton 2.51 with
-  three 2 s requests on one instance: latencies 2.0, 4.0, 6.0 s; the same here).
+  three 2 s requests on one instance: latencies 2.0, 4.0, 6.0 s; the same here);
+* a decoupled coroutine awaiting ``async_exec(decoupled=True)``: the executor thread waits
+  for the first BLS response (Triton's ``InferRequest::Exec``), not the event loop, so
+  several such requests overlap too (qa's ``test_concurrent_execute_multi_request_bls``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,30 @@ class TritonPythonModel:
         return None if self.decoupled else responses
 """
 
+# Decoupled: forwards each response of one decoupled BLS call to 'async_decoupled'.
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="async_decoupled",
+                inputs=[pb_utils.get_input_tensor_by_name(request, n) for n in ("WAIT", "TAG")],
+                requested_output_names=["OUT"],
+            )
+            sender = request.get_response_sender()
+            for answer in await call.async_exec(decoupled=True):
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                out = pb_utils.get_output_tensor_by_name(answer, "OUT")
+                if out is not None:
+                    sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -67,12 +94,14 @@ instance_group [{ kind: KIND_CPU count: 1 }]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("async_execute")
-    for name, extra in (
-        ("async_plain", ""),
-        ("async_decoupled", "model_transaction_policy { decoupled: true }\n"),
+    decoupled = "model_transaction_policy { decoupled: true }\n"
+    for name, model, extra in (
+        ("async_plain", MODEL, ""),
+        ("async_decoupled", MODEL, decoupled),
+        ("async_bls_decoupled", BLS_MODEL, decoupled),
     ):
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(MODEL)
+        (repo / name / "1" / "model.py").write_text(model)
         (repo / name / "config.pbtxt").write_text(CONFIG + extra)
     with running_server([Path(repo)]) as proc:
         yield proc
@@ -106,6 +135,34 @@ def test_decoupled_coroutines_overlap_on_one_instance(server: ServerProcess) -> 
     assert got[0][0] == 99
     assert sorted(tag for tag, _ in got[1:]) == [0, 1, 2, 3]
     assert got[-1][1] - start < 3.5, got
+
+
+def test_decoupled_coroutines_awaiting_decoupled_bls_overlap(server: ServerProcess) -> None:
+    """Three 4 s requests 0.25 s apart, each awaiting a decoupled BLS call to
+    'async_decoupled' on one instance, all answer after about 4.5 s. With the event loop
+    blocked in the first one's response iterator, the others would start only after it
+    (8 s and more)."""
+    answers: queue.Queue[tuple[int, float]] = queue.Queue()
+    errors: list[object] = []
+
+    def callback(result: object, error: object) -> None:
+        if error is not None:
+            errors.append(error)
+            return
+        answers.put((int(result.as_numpy("OUT")[0]), time.monotonic()))  # type: ignore[attr-defined]
+
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.start_stream(callback)
+        start = time.monotonic()
+        for tag in range(3):
+            # Spaced out, so the later ones arrive while the first waits for its answer.
+            time.sleep(0.25 if tag else 0.0)
+            client.async_stream_infer("async_bls_decoupled", _inputs(4.0, tag))
+        got = [answers.get(timeout=30) for _ in range(3)]
+        client.stop_stream()
+    assert not errors, errors
+    assert sorted(tag for tag, _ in got) == [0, 1, 2]
+    assert got[-1][1] - start < 6.5, [t - start for _, t in got]
 
 
 def test_non_decoupled_coroutines_run_one_at_a_time(server: ServerProcess) -> None:

@@ -2,8 +2,10 @@
 repositories the tests' test.sh build (qa/L0_backend_python/<dir>/test.sh).
 
 ``async_execute``: a decoupled ``async def execute`` runs as a coroutine on the instance's
-event loop, so one instance works on several requests at once. The ``*_bls`` tests are not
-selected: BLS (``InferenceRequest.exec``) is not part of this server. Triton's stub awaits
+event loop, so one instance works on several requests at once, also when each awaits a
+decoupled BLS call (``*_bls``: ``async_exec(decoupled=True)`` returns once the first
+response is here, as Triton's ``InferRequest::Exec``, so the loop is never blocked in the
+response iterator while other requests wait to start). Triton's stub awaits
 a non-decoupled coroutine before it takes the next batch (python_backend r24.10,
 ``Stub::ProcessRequests``: ``RunCoroutine(..., in_background=false)`` returns
 ``future.result()``), so no qa test exists for that case; the project's tests pin it.
@@ -34,6 +36,7 @@ def _model(r: Any, name: str) -> None:
 
 def repo_async_execute(r: Any) -> None:
     _model(r, "async_execute_decouple")
+    _model(r, "async_execute_decouple_bls")
 
 
 def repo_request_rescheduling(r: Any) -> None:
@@ -44,6 +47,8 @@ def repo_request_rescheduling(r: Any) -> None:
 ASYNC_EXECUTE_TESTS = [
     "test_concurrent_execute_single_request",
     "test_concurrent_execute_multi_request",
+    "test_concurrent_execute_single_request_bls",
+    "test_concurrent_execute_multi_request_bls",
     "test_concurrent_execute_different_duration",
     "test_model_raise_exception",
 ]
@@ -57,8 +62,8 @@ SUITES = [
         repo_async_execute,
         args=["--log-verbose=1"],
         default=False,
-        note="decoupled async execute runs concurrently on one instance; the *_bls tests "
-        "(BLS) not selected; test_model_raise_exception reads the server log (SERVER_LOG) and "
+        note="decoupled async execute runs concurrently on one instance, with and without "
+        "BLS; test_model_raise_exception reads the server log (SERVER_LOG) and "
         "fails when a kept --workdir is reused (the log then holds the last run's error)",
     ),
     Suite(

@@ -4,9 +4,9 @@
 request's tensors travel as any response's do (small ones inside the message, large ones
 in one of this worker's shared regions), the server runs it through the called model's
 scheduler (``bls.py`` on its side) and answers with ``bls_response`` messages, which the
-worker's reader thread hands to the waiting call. ``exec`` blocks the calling thread only;
-``decoupled=True`` returns an iterator whose last response is marked final, as Triton's
-``ResponseIterator`` (python_backend r24.10).
+worker's reader thread hands to the waiting call. ``exec`` blocks the calling thread only,
+until the first response is here; ``decoupled=True`` then returns an iterator whose last
+response is marked final, as Triton's ``ResponseIterator`` (python_backend r24.10).
 
 ``pb_utils.load_model``, ``unload_model`` and ``is_model_ready`` are ``control`` calls on
 the same channel: the server answers each with one ``control_reply``.
@@ -32,10 +32,12 @@ Answer = tuple[pb_utils.InferenceResponse, bool]  # a response, and whether it i
 
 
 class ResponseIterator:
-    """The responses of a ``decoupled=True`` BLS request, until the final one."""
+    """The responses of a ``decoupled=True`` BLS request, until the final one: ``first``,
+    already received, then the rest as they arrive."""
 
-    def __init__(self, answers: queue.Queue[Answer]) -> None:
+    def __init__(self, answers: queue.Queue[Answer], first: Answer) -> None:
         self._answers = answers
+        self._first: Answer | None = first
         self._finished = False
 
     def __iter__(self) -> Iterator[pb_utils.InferenceResponse]:
@@ -44,7 +46,10 @@ class ResponseIterator:
     def __next__(self) -> pb_utils.InferenceResponse:
         if self._finished:
             raise StopIteration
-        response, final = self._answers.get()
+        if self._first is not None:
+            (response, final), self._first = self._first, None
+        else:
+            response, final = self._answers.get()
         self._finished = final
         return response
 
@@ -74,8 +79,12 @@ class BlsClient:
         finally:
             if packed.fd is not None:
                 os.close(packed.fd)
-        iterator = ResponseIterator(answers)
-        return iterator if decoupled else next(iterator)
+        # As Triton's ``InferRequest::Exec``: the call returns once the first response is
+        # here, decoupled or not. ``async_exec`` runs this in an executor thread, so an
+        # ``async def execute`` awaiting it leaves the event loop free meanwhile; iterating
+        # the responses on the loop then waits only for those still to come.
+        first = answers.get()
+        return ResponseIterator(answers, first) if decoupled else first[0]
 
     def control(self, operation: str, *args: Any) -> Any:
         """A model-control call (``model_control.py`` on the server's side)."""
