@@ -17,6 +17,7 @@ __all__ = [
     "BatchTimings",
     "Duration",
     "ModelStats",
+    "RequestSizeStats",
     "StatsObserver",
     "set_observer_factory",
 ]
@@ -78,6 +79,19 @@ class BatchStats:
     compute_output: Duration = field(default_factory=Duration)
 
 
+@dataclass(slots=True)
+class RequestSizeStats:
+    """The requests of one batch size (rows per request; 1 where the model does not batch),
+    as Triton 1.x's status reported them (``InferRequestStats`` in ``infer_stats``, keyed by
+    the request's batch size): served by the legacy v1 API. ``compute``: the execution the
+    request was part of, from dispatch to its outputs split."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute: Duration = field(default_factory=Duration)
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -134,6 +148,8 @@ class ModelStats:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
+    # by the request's batch size (0: a failure whose size nobody knew), beside the totals
+    request_sizes: dict[int, RequestSizeStats] = field(default_factory=dict)
     responses: dict[int, ResponseStats] = field(default_factory=dict)
     memory_bytes: int = 0  # CPU memory the loaded instances took (estimate, see loader)
     gpu_memory_bytes: dict[int, int] = field(default_factory=dict)  # CUDA ordinal -> bytes
@@ -182,6 +198,16 @@ class ModelStats:
         d = self.compute_output
         d.count += 1
         d.ns += output
+        by_size = self.request_sizes.get(inferences) or self._request_size(inferences)
+        d = by_size.success
+        d.count += 1
+        d.ns += request_ns
+        d = by_size.queue
+        d.count += 1
+        d.ns += queue_ns
+        d = by_size.compute
+        d.count += 1
+        d.ns += timings.end - timings.start
         response = self.responses.get(0) or self._response(0)
         d = response.compute_infer
         d.count += 1
@@ -209,19 +235,26 @@ class ModelStats:
         are counted per index by ``record_response``."""
         self.inference_count += inferences
         self.success.add(request_ns)
+        by_size = self._request_size(inferences)
+        by_size.success.add(request_ns)
         if queue_ns is not None and timings is not None:
             self.queue.add(queue_ns)
             self.compute_input.add(timings.compute_input)
             self.compute_infer.add(timings.compute_infer)
             self.compute_output.add(timings.compute_output)
+            by_size.queue.add(queue_ns)
+            by_size.compute.add(timings.end - timings.start)
         self.last_inference_ms = self.wall_ms()
         if self.observer is not None:
             self.observer.observe_request(request_ns, queue_ns, timings)
 
-    def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
+    def record_cache_hit(self, request_ns: int, lookup_ns: int, inferences: int = 1) -> None:
         """Hits count as successes and (zero-length) queue entries, never as executions."""
         self.success.add(request_ns)
         self.queue.add(0)
+        by_size = self._request_size(inferences)
+        by_size.success.add(request_ns)
+        by_size.queue.add(0)
         self.cache_hit.add(lookup_ns)
         self.last_inference_ms = self.wall_ms()
         if self.observer is not None:
@@ -265,17 +298,25 @@ class ModelStats:
             stats = self.responses[index] = ResponseStats()
         return stats
 
-    def record_failure(self, request_ns: int, reason: str = "OTHER") -> None:
-        """A request the model accepted and did not answer; every failure has one reason."""
+    def _request_size(self, inferences: int) -> RequestSizeStats:
+        stats = self.request_sizes.get(inferences)
+        if stats is None:
+            stats = self.request_sizes[inferences] = RequestSizeStats()
+        return stats
+
+    def record_failure(self, request_ns: int, reason: str = "OTHER", inferences: int = 0) -> None:
+        """A request the model accepted and did not answer; every failure has one reason.
+        ``inferences``: its batch size (0: not known, as Triton 1.x kept such failures)."""
         self.fail.add(request_ns)
+        self._request_size(inferences).fail.add(request_ns)
         self.failures[reason] += 1
         self.last_inference_ms = self.wall_ms()
 
-    def record_cancelled(self, request_ns: int = 0) -> None:
+    def record_cancelled(self, request_ns: int = 0, inferences: int = 0) -> None:
         """A request removed before execution because its caller went away (cancelled, or
         its deadline passed): a failure with reason CANCELED, as Triton counts it, and our
         own cancelled count."""
-        self.record_failure(request_ns, "CANCELED")
+        self.record_failure(request_ns, "CANCELED", inferences)
         self.cancelled += 1
 
     def record_caller_gone(self) -> None:

@@ -334,10 +334,10 @@ class InferenceServer:
                     if exc.is_response:  # the model's own error response: Triton counts
                         outcome.answered()  # its request a success (checked on 2.51)
                     else:
-                        count_failure(model, exc, start)
+                        count_failure(model, exc, start, job.size)
                     raise
                 except (asyncio.CancelledError, GeneratorExit):  # the caller left mid-stream
-                    model.stats.record_cancelled(time.monotonic_ns() - start)
+                    model.stats.record_cancelled(time.monotonic_ns() - start, job.size)
                     raise
                 outcome.answered()
             finally:
@@ -390,7 +390,7 @@ class InferenceServer:
         try:
             future = scheduler.enqueue(job)
         except ServerError as exc:
-            count_unary_failure(model, exc, start)
+            count_unary_failure(model, exc, start, job.size)
             raise
         call = UnaryCall(
             self._inflight, model, scheduler, request, job, start, answered, not marked
@@ -473,7 +473,7 @@ class InferenceServer:
             result = await model.scheduler.submit(job)
             return answer(model, job, request, result, start, shape)
         except ServerError as exc:
-            count_unary_failure(model, exc, start)
+            count_unary_failure(model, exc, start, job.size)
             raise
 
     async def _run_cached(
@@ -487,12 +487,12 @@ class InferenceServer:
             try:
                 key = await self._key(model, job)
             except asyncio.CancelledError:  # the caller left before the scheduler had it
-                model.stats.record_cancelled(time.monotonic_ns() - start)
+                model.stats.record_cancelled(time.monotonic_ns() - start, job.size)
                 raise
         cached = cache.get(key)
         looked_up = time.monotonic_ns()
         if cached is not None:
-            model.stats.record_cache_hit(looked_up - start, looked_up - lookup)
+            model.stats.record_cache_hit(looked_up - start, looked_up - lookup, job.size)
             return response_of(model, request_id, cached, None)
         result = await model.scheduler.submit(job)
         outputs = build_outputs(model, job, result.outputs)

@@ -73,23 +73,28 @@ def response_of(
     )
 
 
-def count_failure(model: ModelVersion, exc: ServerError, start: int) -> str | None:
+def count_failure(
+    model: ModelVersion, exc: ServerError, start: int, inferences: int = 0
+) -> str | None:
     """Count a request the model had accepted under its failure reason; one refused
-    before that (full queue, sequence rules, unloading) is not a failure, as in Triton."""
+    before that (full queue, sequence rules, unloading) is not a failure, as in Triton.
+    ``inferences``: the request's batch size (0: not known)."""
     if exc.answered is not None:  # the model's own error response: a success to Triton
-        queue_ns, timings, inferences = exc.answered
-        model.stats.record_success(time.monotonic_ns() - start, queue_ns, timings, inferences)
+        queue_ns, timings, rows = exc.answered
+        model.stats.record_success(time.monotonic_ns() - start, queue_ns, timings, rows)
         return None
     reason = failure_reason(exc)
     if reason is not None:
-        model.stats.record_failure(time.monotonic_ns() - start, reason)
+        model.stats.record_failure(time.monotonic_ns() - start, reason, inferences)
     return reason
 
 
-def count_unary_failure(model: ModelVersion, exc: ServerError, start: int) -> None:
+def count_unary_failure(
+    model: ModelVersion, exc: ServerError, start: int, inferences: int = 0
+) -> None:
     """``count_failure`` for a unary request, whose backend failures Triton also counts
     apart."""
-    if count_failure(model, exc, start) == "BACKEND":
+    if count_failure(model, exc, start, inferences) == "BACKEND":
         model.stats.record_backend_failure()
 
 
@@ -148,7 +153,7 @@ class UnaryCall:
                 raise error
             response = answer(model, self._job, self._request, future.result(), start, self._shape)
         except ServerError as exc:
-            count_unary_failure(model, exc, start)
+            count_unary_failure(model, exc, start, self._job.size)
             self._answered(None, exc)
             return
         except BaseException as exc:  # every request ends with an answer

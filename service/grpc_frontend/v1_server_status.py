@@ -2,9 +2,10 @@
 
 Model states come from the repository index, configs from the loaded versions (converted
 to the v1 schema), statistics from the same ``ModelStats`` the v2 statistics extension
-and the metrics read, so the three always agree. The core keeps request statistics per
-model version, not per request batch size: v1's ``infer_stats`` map therefore holds one
-entry, under batch size 1, with every request's totals.
+and the metrics read, so the three always agree. v1's ``infer_stats`` map is keyed by the
+request's batch size, as Triton 1.x's status manager kept it (``UpdateSuccessInferStats``
+/ ``UpdateFailedInferStats``): one entry per batch size the version's requests had, none
+before its first request; ``ModelStats.request_sizes`` holds exactly that (decision 055).
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ _STATES = {
     "LOADING": ss.MODEL_LOADING,
     "UNLOADING": ss.MODEL_UNLOADING,
 }
-
-#: The request batch size the aggregate infer_stats entry is reported under.
-STATS_BATCH_SIZE = 1
 
 
 @dataclass(slots=True)
@@ -69,17 +67,15 @@ def _version_status(entry: IndexEntry, stats: VersionStats | None) -> ss.ModelVe
     out.model_execution_count = s.execution_count
     out.model_inference_count = s.inference_count
     out.last_inference_timestamp_milliseconds = s.last_inference_ms
-    compute = Duration(
-        s.compute_infer.count, s.compute_input.ns + s.compute_infer.ns + s.compute_output.ns
-    )
-    out.infer_stats[STATS_BATCH_SIZE].CopyFrom(
-        ss.InferRequestStats(
-            success=_stat(s.success),
-            failed=_stat(s.fail),
-            compute=_stat(compute),
-            queue=_stat(s.queue),
+    for size, by_size in sorted(s.request_sizes.items()):
+        out.infer_stats[size].CopyFrom(
+            ss.InferRequestStats(
+                success=_stat(by_size.success),
+                failed=_stat(by_size.fail),
+                compute=_stat(by_size.compute),
+                queue=_stat(by_size.queue),
+            )
         )
-    )
     return out
 
 

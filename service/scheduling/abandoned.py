@@ -36,7 +36,7 @@ def count_abandoned(
     else:
         backend = isinstance(outcome, Internal)
         reason = getattr(outcome, "failure", None) or ("BACKEND" if backend else "OTHER")
-        stats.record_failure(request_ns, reason)
+        stats.record_failure(request_ns, reason, job.size)
         if backend:
             stats.record_backend_failure()
     stats.record_caller_gone()
@@ -69,6 +69,6 @@ def caller_left(
         queued = not job.started
         job.started = True  # a thread that takes it now skips it
     if queued:  # dropped unexecuted: a CANCELED failure
-        stats.record_cancelled(now_ns - job.enqueue_ns)
+        stats.record_cancelled(now_ns - job.enqueue_ns, job.size)
     else:  # it ran or runs on: counted where it is delivered (or was, unread)
         count_if_delivered_too_late(stats, job, future, now_ns)

@@ -368,11 +368,11 @@ class EnsembleScheduler:
                 # twice: once as its error response goes out, once more as the request
                 # is released (ensemble_scheduler.cc: FinishEnsemble, then the request
                 # tracker's report). This is the second; the core counts the first.
-                self._stats.record_failure(self._clock() - start, "OTHER")
+                self._stats.record_failure(self._clock() - start, "OTHER", job.size)
                 message = f"in ensemble '{self._config.name}', {exc.message}"
                 raise type(exc)(message, failure="OTHER") from None
             except asyncio.CancelledError:  # the steps' own models count their requests
-                self._stats.record_cancelled(self._clock() - start)
+                self._stats.record_cancelled(self._clock() - start, job.size)
                 raise
         end = self._clock()
         timings = BatchTimings(start, start, end, end)

@@ -179,6 +179,33 @@ def test_infer_raw_with_variable_dims(base: str) -> None:
     np.testing.assert_array_equal(np.frombuffer(outputs[1], np.float32).reshape(2, 3), a - b)
 
 
+def test_status_infer_stats_by_batch_size_over_http(base: str) -> None:
+    """/api/status shows a v1 HTTP request under its header's batch_size, in text and JSON
+    (where the map's uint32 keys are strings)."""
+    ref = reference()
+
+    def by_size() -> dict[int, int]:
+        reply = requests.get(f"{base}/api/status/add_sub", timeout=10)
+        status = text_format.Parse(reply.text, ref.ServerStatus())
+        stats = status.model_status["add_sub"].version_status[1].infer_stats
+        return {size: s.success.count for size, s in stats.items()}
+
+    before = by_size()
+    a = np.ones((5, 2), dtype=np.float32)
+    header = (
+        'batch_size: 5 input { name: "INPUT0" dims: 2 } input { name: "INPUT1" dims: 2 } '
+        'output { name: "OUTPUT0" }'
+    )
+    assert_status(infer(base, "add_sub", header, a.tobytes() * 2), 200, "SUCCESS")
+    after = by_size()
+    assert after.get(5, 0) == before.get(5, 0) + 1
+    assert {k: v for k, v in after.items() if k != 5} == {k: v for k, v in before.items() if k != 5}
+    doc = requests.get(f"{base}/api/status/add_sub?format=json", timeout=10).json()
+    five = doc["modelStatus"]["add_sub"]["versionStatus"]["1"]["inferStats"]["5"]
+    assert int(five["success"]["count"]) == after[5]
+    assert int(five["compute"]["count"]) == after[5]
+
+
 def test_infer_a_version_with_binary_response_header(base: str) -> None:
     a = np.ones((1, 2), dtype=np.float32)
     header = (

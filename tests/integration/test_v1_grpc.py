@@ -157,6 +157,43 @@ def test_status_statistics_count_v1_and_v2_requests_alike(
     assert version.last_inference_timestamp_milliseconds > 0
 
 
+def test_status_infer_stats_are_keyed_by_request_batch_size(
+    stub: Any, v2: grpcclient.InferenceServerClient
+) -> None:
+    """As Triton 1.x's status: no entry before a version's first request, then one per
+    batch size its requests had (v1's header batch_size, v2's first dimension), each
+    with that size's success, queue and compute counts."""
+    ref = reference()
+    v2.unload_model("add_sub")
+    v2.load_model("add_sub")  # a fresh version: no statistics yet
+
+    def version() -> Any:
+        status = stub.Status(ref.StatusRequest(model_name="add_sub"), timeout=10).server_status
+        return status.model_status["add_sub"].version_status[1]
+
+    assert len(version().infer_stats) == 0
+    for rows in (1, 3, 3):
+        a = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+        response = stub.Infer(add_sub_request(a, a), timeout=30)
+        ok(response.request_status)
+        assert response.meta_data.batch_size == rows
+    b = np.ones((2, 3), dtype=np.float32)
+    inputs = [grpcclient.InferInput(n, [2, 3], "FP32") for n in ("INPUT0", "INPUT1")]
+    for item in inputs:
+        item.set_data_from_numpy(b)
+    v2.infer("add_sub", inputs)
+    got = version()
+    assert sorted(got.infer_stats) == [1, 2, 3]
+    counts = {size: s.success.count for size, s in got.infer_stats.items()}
+    assert counts == {1: 1, 2: 1, 3: 2}
+    for size, s in got.infer_stats.items():
+        assert s.queue.count == s.compute.count == s.success.count, size
+        assert s.success.total_time_ns > 0 and s.failed.count == 0, size
+    assert got.model_inference_count == 1 + 3 + 3 + 2
+    v2_stats = v2.get_inference_statistics("add_sub", "1", as_json=True)["model_stats"][0]
+    assert int(v2_stats["inference_stats"]["success"]["count"]) == sum(counts.values())
+
+
 def test_v2_unload_and_load_show_in_v1_status_and_v1_model_control(
     stub: Any, v2: grpcclient.InferenceServerClient
 ) -> None:

@@ -225,7 +225,10 @@ def test_status_from_index_configs_and_statistics() -> None:
     timings = BatchTimings(0, 10, 30, 60)
     stats.record_execution(2, timings)
     stats.record_success(100, 7, timings, 2)
-    stats.record_failure(50)
+    stats.record_failure(50, "BACKEND", 2)
+    stats.record_execution(1, timings)
+    stats.record_success(40, 3, timings, 1)
+    stats.record_failure(9)  # of no known batch size: Triton 1.x kept those under 0
     entries = [
         IndexEntry("m", "1", "READY", ""),
         IndexEntry("m", "2", "UNAVAILABLE", "boom"),
@@ -251,13 +254,22 @@ def test_status_from_index_configs_and_statistics() -> None:
     assert m.config.name == "m"
     v1 = m.version_status[1]
     assert v1.ready_state == ss.MODEL_READY
-    assert (v1.model_execution_count, v1.model_inference_count) == (1, 2)
+    assert (v1.model_execution_count, v1.model_inference_count) == (2, 3)
     assert v1.last_inference_timestamp_milliseconds == 1234
-    infer = v1.infer_stats[1]
-    assert (infer.success.count, infer.success.total_time_ns) == (1, 100)
-    assert (infer.failed.count, infer.failed.total_time_ns) == (1, 50)
-    assert (infer.queue.count, infer.queue.total_time_ns) == (1, 7)
-    assert (infer.compute.count, infer.compute.total_time_ns) == (1, 60)
+    assert sorted(v1.infer_stats) == [0, 1, 2]  # by the request's batch size
+    two = v1.infer_stats[2]
+    assert (two.success.count, two.success.total_time_ns) == (1, 100)
+    assert (two.failed.count, two.failed.total_time_ns) == (1, 50)
+    assert (two.queue.count, two.queue.total_time_ns) == (1, 7)
+    assert (two.compute.count, two.compute.total_time_ns) == (1, 60)
+    one = v1.infer_stats[1]
+    assert (one.success.count, one.success.total_time_ns) == (1, 40)
+    assert (one.queue.count, one.queue.total_time_ns) == (1, 3)
+    assert (one.compute.count, one.compute.total_time_ns) == (1, 60)
+    assert not one.HasField("failed") or one.failed.count == 0
+    unknown = v1.infer_stats[0]
+    assert (unknown.failed.count, unknown.failed.total_time_ns) == (1, 9)
+    assert unknown.success.count == 0
     v2 = m.version_status[2]
     assert (v2.ready_state, v2.ready_state_reason.message) == (ss.MODEL_UNAVAILABLE, "boom")
     assert not v2.infer_stats

@@ -99,7 +99,7 @@ class DynamicBatchScheduler(Enqueuing):
         now = self._clock()
         queues = self._queues
         for job in queues.drop_done():
-            self._stats.record_cancelled(now - job.enqueue_ns)
+            self._stats.record_cancelled(now - job.enqueue_ns, job.size)
         if self._delay_count:  # Triton's test hook: nothing at all happens until N queued
             if len(queues) < self._delay_count:
                 return

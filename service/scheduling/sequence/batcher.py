@@ -255,7 +255,7 @@ class SequenceBatchScheduler:
             while sequence.pending:
                 job = sequence.pending.popleft()
                 if job.future is None or job.future.done():
-                    self._stats.record_cancelled(now - job.enqueue_ns)
+                    self._stats.record_cancelled(now - job.enqueue_ns, job.size)
                 else:  # counted by its caller, under the failure reason given here
                     job.future.set_exception(Cancelled(SEQUENCE_CANCELLED, failure="CANCELED"))
             self._table.end(sequence)
