@@ -134,8 +134,9 @@ class ModelManager:
         self._staging = StagingArea()
         self._runner: StepRunner | None = None
         # Versions an instance-group update replaced, finishing their requests in the
-        # background (nothing of theirs to wait for: unload_all waits for them).
-        self._retiring: set[asyncio.Task[None]] = set()
+        # background, by model key: a later retirement of that model waits for them
+        # first (their workers may still run on the instances it closes).
+        self._retiring: dict[asyncio.Task[None], str] = {}
         # Called whenever the set of loaded versions may have changed (the engine then
         # sends its frontends a new snapshot of the models: core/checked.py).
         self.on_change: Callable[[], None] = lambda: None
@@ -584,8 +585,8 @@ class ModelManager:
             await self._retire(old)
             return
         task = asyncio.create_task(self._retire(old))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        self._retiring[task] = old.key
+        task.add_done_callback(self._retiring.pop)
 
     async def _build(
         self,
@@ -726,7 +727,12 @@ class ModelManager:
 
     async def _retire(self, entry: ModelEntry) -> None:
         """Stop taking requests, let accepted ones finish, free the instances, and remove
-        the staged copy the entry was loaded from."""
+        the staged copy the entry was loaded from. Older versions of the model an
+        instance-group update left retiring in the background finish first."""
+        this = asyncio.current_task()
+        older = [t for t, key in self._retiring.items() if key == entry.key and t is not this]
+        if older:
+            await asyncio.gather(*older)
         for model in entry.versions.values():
             if model.scheduler is not None:
                 model.state = ModelState.UNLOADING

@@ -302,6 +302,7 @@ class InstancePool:
             worker.join()
             if worker.handed_over:  # a newer version's worker serves this instance now
                 continue
-            worker.instance.close()
+            with worker.turn:  # after any execution an older version's worker runs on it
+                worker.instance.close()
             if worker.limiter is not None and worker.reservation is not None:
                 worker.limiter.unregister(worker.reservation)

@@ -117,7 +117,14 @@ def _suite(mode: str, tests: list[str], suffix: str = "", **kw: Any) -> Any:
     )
 
 
-SUITES = [_suite(mode, _CPU_TESTS) for mode in _MODES]
+SUITES = [
+    _suite("off", _CPU_TESTS),
+    _suite("execution_count", _CPU_TESTS),
+    # A fresh server per test: the reference crashed (SIGSEGV under
+    # TRITONSERVER_ServerInferAsync) in test_add_rm_add_instance_no_batching on its one
+    # server for the file, which took every later test with it.
+    _suite("execution_count_with_explicit_resource", _CPU_TESTS, restart="test"),
+]
 
 NOT_VALIDATED = [
     _suite(mode, sorted(_GPU_TESTS), suffix="_gpu", reference="not-validated") for mode in _MODES

@@ -241,3 +241,22 @@ async def test_a_refused_update_keeps_serving_and_closes_what_it_opened(
         assert sorted(gate.closed) == ["m_0_0", "m_0_1"]  # the two opened for the update
         assert limiter._limits == {(0, "R1"): 10}
         await infer(old)
+
+
+async def test_an_unload_waits_for_the_versions_an_update_left_running(
+    tmp_path: Path, gate: Gate
+) -> None:
+    write(tmp_path, cpu(1))
+    async with manager(tmp_path) as m:
+        await m.load("m")
+        running = await gate.hold(m.get("m"))
+        write(tmp_path, cpu(2))
+        await asyncio.wait_for(m.load("m"), 30)
+        unload = asyncio.create_task(m.unload("m"))
+        await asyncio.sleep(0.2)
+        # The kept instance still runs the old version's request: not closed under it.
+        assert not unload.done() and "m_0_0" not in gate.closed
+        gate.open.set()
+        await asyncio.wait_for(unload, 30)
+        await running
+        assert sorted(gate.closed) == ["m_0_0", "m_0_1"]
