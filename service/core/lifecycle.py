@@ -35,6 +35,7 @@ from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
 from .dependencies import dependency_waves, unused_composing, with_composing
 from .index import IndexEntry, index_entries
+from .instance_update import hand_over, instance_only_change, update_instances
 from .loader import LabelLookup, load_ensemble, load_version
 from .model import ModelEntry, ModelState, ModelVersion
 from .namespaces import (
@@ -132,6 +133,10 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._staging = StagingArea()
         self._runner: StepRunner | None = None
+        # Versions an instance-group update replaced, finishing their requests in the
+        # background, by model key: a later retirement of that model waits for them
+        # first (their workers may still run on the instances it closes).
+        self._retiring: dict[asyncio.Task[None], str] = {}
         # Called whenever the set of loaded versions may have changed (the engine then
         # sends its frontends a new snapshot of the models: core/checked.py).
         self.on_change: Callable[[], None] = lambda: None
@@ -187,7 +192,7 @@ class ModelManager:
                 log.exception("repository poll failed")
 
     async def unload_all(self) -> None:
-        await asyncio.gather(*(self._retire(e) for e in self._models.values()))
+        await asyncio.gather(*(self._retire(e) for e in self._models.values()), *self._retiring)
         self._staging.cleanup()
 
     # --- the model-repository API -------------------------------------------------------
@@ -543,13 +548,13 @@ class ModelManager:
         composing model (``_explicit_after`` says what the entry keeps)."""
         key = directory.key
         self._loading.add(key)
+        old = self._models.get(key)
         try:
-            entry = await self._build(directory, override)
+            entry = await self._build(directory, override, None if staged else old)
         finally:
             self._loading.discard(key)
         entry.staged = staged
         entry.override = override
-        old = self._models.get(key)
         entry.explicit = _explicit_after(entry, old, explicit)
         if entry.failure and old is not None and not old.failure and not swap_failed:
             log.error(
@@ -561,15 +566,36 @@ class ModelManager:
         self._names.setdefault(directory.name, set()).add(key)
         self._unloaded.discard(key)
         self.on_change()
-        if old is not None:
+        if old is not None and entry.in_place:
+            await self._retire_updated(old, entry)
+        elif old is not None:
             await self._retire(old)
         if staged and not entry.ready_versions():  # a failed load's staged copy goes now
             await asyncio.to_thread(self._staging.release, directory.path)
         return entry
 
+    async def _retire_updated(self, old: ModelEntry, entry: ModelEntry) -> None:
+        """The versions an instance-group update replaced: their kept instances go to the
+        new versions; the load waits only when instances were removed (they finish their
+        work and close first, as in Triton), else the old versions finish their requests
+        in the background and the update does not wait for those of kept instances."""
+        for model in entry.versions.values():
+            hand_over(model)
+        if any(model.removed for model in entry.versions.values()):
+            await self._retire(old)
+            return
+        task = asyncio.create_task(self._retire(old))
+        self._retiring[task] = old.key
+        task.add_done_callback(self._retiring.pop)
+
     async def _build(
-        self, directory: ModelDirectory, override: mc.ModelConfig | None
+        self,
+        directory: ModelDirectory,
+        override: mc.ModelConfig | None,
+        serving: ModelEntry | None = None,
     ) -> ModelEntry:
+        """``serving``: the entry this one replaces, whose instances an instance-group-only
+        change updates in place (core/instance_update.py)."""
         entry = ModelEntry(directory.name, directory)
         if directory.error:
             entry.reason = directory.error
@@ -583,6 +609,30 @@ class ModelManager:
         except ValueError as exc:
             entry.reason = str(exc)
             log.error("model '%s' unavailable: %s", directory.name, entry.reason)
+            return entry
+        entry.config = config
+        config_file = str(directory.config_path.relative_to(directory.path))
+        if serving is not None and instance_only_change(
+            serving, config, entry.fingerprint, versions, config_file
+        ):
+            loop = asyncio.get_running_loop()
+            updated = await asyncio.gather(
+                *(
+                    loop.run_in_executor(
+                        self._loaders,
+                        update_instances,
+                        serving.versions[v],
+                        config,
+                        directory.version_path(v),
+                        self._limiter,
+                    )
+                    for v in versions
+                )
+            )
+            for model in updated:
+                model.namespace = directory.namespace
+            entry.versions = {m.version: m for m in updated}
+            entry.in_place = True
             return entry
         if config.platform == "ensemble":
             entry.calls = tuple(composing_models(config))
@@ -677,7 +727,12 @@ class ModelManager:
 
     async def _retire(self, entry: ModelEntry) -> None:
         """Stop taking requests, let accepted ones finish, free the instances, and remove
-        the staged copy the entry was loaded from."""
+        the staged copy the entry was loaded from. Older versions of the model an
+        instance-group update left retiring in the background finish first."""
+        this = asyncio.current_task()
+        older = [t for t, key in self._retiring.items() if key == entry.key and t is not this]
+        if older:
+            await asyncio.gather(*older)
         for model in entry.versions.values():
             if model.scheduler is not None:
                 model.state = ModelState.UNLOADING

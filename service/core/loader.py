@@ -40,7 +40,7 @@ from .labels import read_labels
 from .model import ModelState, ModelVersion, io_specs
 from .warmup import warm_up, warmup_samples
 
-__all__ = ["instance_specs", "load_ensemble", "load_version"]
+__all__ = ["instance_specs", "instance_workers", "load_ensemble", "load_version"]
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _load_once(
         model.inputs = io_specs(list(config.input))
         model.outputs = io_specs(list(config.output))
         warm_up(model, instances, warmup_samples(model, path.parent))
-        workers = _workers(config, instances, limiter)
+        workers = instance_workers(config, instances, limiter)
     except Exception as exc:  # every failure becomes the version's UNAVAILABLE reason
         for instance in instances:
             instance.close()
@@ -141,12 +141,13 @@ def _load_once(
     except ValueError as exc:
         pool.close()
         return _unavailable(model, exc)
+    model.pool, model.backend, model.declared = pool, backend, declared
     model.state = ModelState.READY
     log.info("successfully loaded '%s' version %d", config.name, version)
     return model
 
 
-def _workers(
+def instance_workers(
     config: mc.ModelConfig,
     instances: list[ModelInstance | RequestInstance],
     limiter: RateLimiter | None,

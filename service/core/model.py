@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from inference import model_config_pb2 as mc
 from wire import datatypes
@@ -14,6 +16,10 @@ from ..repository.layout import ModelDirectory
 from ..scheduling.base import Scheduler
 from ..statistics import ModelStats
 from ..types import TensorSpec
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..scheduling.instances import InstancePool, InstanceWorker
 
 __all__ = ["IOSpec", "ModelEntry", "ModelState", "ModelVersion", "io_specs"]
 
@@ -96,6 +102,15 @@ class ModelVersion:
     # Its repository, with --model-namespacing ('' without): Triton's ``namespace``
     # metrics label.
     namespace: str = ""
+    # What an instance-group update (core/instance_update.py) builds on: the pool of
+    # instances, the backend that opened them, the model file's own tensor shapes.
+    pool: InstancePool | None = field(default=None, repr=False)
+    backend: Backend | None = field(default=None, repr=False)
+    declared: Mapping[str, Sequence[int]] = field(default_factory=dict, repr=False)
+    # Such an update's instances taken from the serving version, (its worker, ours),
+    # until it is swapped in (instance_update.hand_over); how many it let go.
+    carried: list[tuple[InstanceWorker, InstanceWorker]] = field(default_factory=list, repr=False)
+    removed: int = 0
     _unleased: asyncio.Event | None = field(default=None, repr=False)
     _lease: _Lease | None = field(default=None, repr=False, compare=False)
 
@@ -159,6 +174,10 @@ class ModelEntry:
     explicit: bool = True
     # The names of the models an ensemble's steps call (() for other models).
     calls: tuple[str, ...] = ()
+    # The config it was loaded from (before auto-completion), and whether its versions
+    # were made by updating the serving ones' instances in place (core/instance_update).
+    config: mc.ModelConfig | None = None
+    in_place: bool = False
 
     @property
     def key(self) -> str:

@@ -70,13 +70,22 @@ class InstanceWorker:
         index: int = 0,
         limiter: RateLimiter | None = None,
         reservation: Reservation | None = None,
+        turn: threading.Lock | None = None,
     ) -> None:
         """``limiter``/``reservation``: with Triton's rate limiter on, each execution
-        first waits for the instance's resources and its turn (``RateLimiter.hold``)."""
+        first waits for the instance's resources and its turn (``RateLimiter.hold``).
+        ``turn``: the instance's execution lock, shared with the worker of the version it
+        came from when an instance-group update kept the instance (core/
+        instance_update.py): the old worker may still finish a request on it while this
+        one takes new ones, and an instance executes one batch at a time."""
         self.instance = instance
         self.index = index
         self.limiter = limiter
         self.reservation = reservation
+        self.turn = turn if turn is not None else threading.Lock()
+        #: The instance went on to a newer version's worker: closing this worker (its
+        #: version retiring) leaves the instance and its reservation alone.
+        self.handed_over = False
         self.inbox: SimpleQueue[_Work | None] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._mailbox: Mailbox | None = None
@@ -92,15 +101,16 @@ class InstanceWorker:
     def _serve(self) -> None:
         _name_os_thread(self.instance.spec.name)
         inbox, instance = self.inbox, self.instance
-        limiter, reservation = self.limiter, self.reservation
+        limiter, reservation, turn = self.limiter, self.reservation, self.turn
         while (item := inbox.get()) is not None:
             work, deliver, mailbox = item
             try:
-                if limiter is not None and reservation is not None:
-                    with limiter.hold(reservation):
+                with turn:
+                    if limiter is not None and reservation is not None:
+                        with limiter.hold(reservation):
+                            result, error = work(instance), None
+                    else:
                         result, error = work(instance), None
-                else:
-                    result, error = work(instance), None
             except BaseException as exc:  # delivered to the caller, as a future would
                 result, error = None, exc
             if result is not SKIP:
@@ -128,7 +138,8 @@ class InstanceWorker:
     def close(self) -> None:
         self.stop()
         self.join()
-        self.instance.close()
+        if not self.handed_over:
+            self.instance.close()
 
 
 class InstancePool:
@@ -289,6 +300,9 @@ class InstancePool:
             worker.stop()
         for worker in self.workers:
             worker.join()
-            worker.instance.close()
+            if worker.handed_over:  # a newer version's worker serves this instance now
+                continue
+            with worker.turn:  # after any execution an older version's worker runs on it
+                worker.instance.close()
             if worker.limiter is not None and worker.reservation is not None:
                 worker.limiter.unregister(worker.reservation)

@@ -15,6 +15,8 @@ scheduler formed waits there, as a payload staged in Triton's limiter does.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from inference import model_config_pb2 as mc
 
 __all__ = ["GLOBAL", "RateLimiter", "Reservation"]
+
+log = logging.getLogger(__name__)
 
 #: The device key of a global resource.
 GLOBAL = -2
@@ -73,6 +77,7 @@ class RateLimiter:
                 self._registered.remove(reservation)
                 self._limits = self._compute_limits()
                 raise
+            self._log_limits()
         return reservation
 
     def unregister(self, reservation: Reservation) -> None:
@@ -80,6 +85,7 @@ class RateLimiter:
             if reservation in self._registered:
                 self._registered.remove(reservation)
                 self._limits = self._compute_limits()
+                self._log_limits()
             self._lock.notify_all()
 
     @contextmanager
@@ -105,6 +111,19 @@ class RateLimiter:
                 self._lock.notify_all()
 
     # -- under the lock ----------------------------------------------------------------
+
+    def _log_limits(self) -> None:
+        """Triton's verbose "Max Resource Map" after each change of the limits, in its
+        words and escaped form (an instance-group update's effect is read from it)."""
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        text = "\nMax Resource Map===>\n"
+        for device in sorted({device for device, _ in self._limits}):
+            text += f"\tDevice: {'GLOBAL' if device == GLOBAL else device}\n"
+            for (on, name), count in self._limits.items():
+                if on == device:
+                    text += f"\t\tResource: {name}\t Count: {count}\n"
+        log.debug(json.dumps(text, ensure_ascii=False), extra={"verbose": 1})
 
     def _fits(self, reservation: Reservation) -> bool:
         return all(

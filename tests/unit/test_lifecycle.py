@@ -381,6 +381,10 @@ async def test_reload_retires_old_version_after_in_flight_jobs(tmp_path: Path) -
         await asyncio.sleep(0.02)  # both accepted by the old version's scheduler
         assert not any(j.done() for j in jobs)
 
+        # A change beyond instance_group (which would update the instances in place,
+        # tests/unit/test_instance_update.py): a full reload.
+        config = tmp_path / "slow" / "config.pbtxt"
+        config.write_text(config.read_text().replace('"300"', '"301"'))
         await m.load("slow")
         new = m.get("slow")
         assert new is not old and new.ready
