@@ -7,11 +7,21 @@ larger ones are written once into a shared region whose descriptor, when new, ri
 the message (SCM_RIGHTS), and the receiver gets numpy views of it (no second copy).
 
 Several threads send on one channel (``send`` is locked); exactly one thread per side
-receives.
+receives. A worker has two channels over one pool of regions (``sibling``): the calls
+link, read directly by the thread that waits for the answer (the instance's thread here,
+the worker's main thread there), and the services link for everything else (BLS,
+cancellation queries, a decoupled model's responses), read by a reader thread on each
+side. The answer to an ``execute`` thus wakes the one thread that needs it, not a reader
+that wakes it in turn (docs/decisions/060-python-model-calls-link.md).
+
+A read takes whatever the socket holds (up to 256 KiB), so a small message costs one
+``recvmsg``; descriptors that arrive with the bytes are queued and handed to the messages
+whose headers announce one, in order (a descriptor travels with its message's header).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import pickle
@@ -42,6 +52,7 @@ Named = Sequence[tuple[str, Array]]
 DEFAULT_INLINE_LIMIT = 64 * 1024
 _HEADER = struct.Struct("<IB")  # payload length, number of descriptors (0 or 1)
 _ALIGN = 64
+_READ_BYTES = 256 * 1024
 
 
 class ChannelClosed(EOFError):
@@ -90,6 +101,29 @@ class Channel:
         self.pool = RegionPool(pool_bytes, smallest, growth)
         self.maps = RegionMaps()
         self._send_lock = threading.Lock()
+        self._buffer = bytearray()  # bytes read past the last whole message
+        self._fds: collections.deque[int] = collections.deque()  # not yet handed out
+
+    def sibling(self, sock: socket.socket) -> Channel:
+        """A second link to the same peer over the same regions: what one link sends
+        into a region the other may release, so both share the pool and the mappings."""
+        other = Channel.__new__(Channel)
+        other.sock = sock
+        other.inline_limit = self.inline_limit
+        other.pool = self.pool
+        other.maps = self.maps
+        other._send_lock = threading.Lock()
+        other._buffer = bytearray()
+        other._fds = collections.deque()
+        return other
+
+    def pending(self) -> bool:
+        """A whole message is already buffered: ``recv`` returns without reading."""
+        buffer = self._buffer
+        if len(buffer) < _HEADER.size:
+            return False
+        length: int = _HEADER.unpack_from(buffer)[0]
+        return len(buffer) >= _HEADER.size + length
 
     # -- tensors -----------------------------------------------------------------------
 
@@ -154,40 +188,63 @@ class Channel:
 
     def recv(self) -> tuple[tuple[Any, ...], int | None]:
         """Blocking; raises ChannelClosed at end of stream."""
-        data, fds, _flags, _addr = socket.recv_fds(self.sock, _HEADER.size, 1)
-        if not data:
-            raise ChannelClosed("end of stream")
-        length, count = _HEADER.unpack(data + self._recv_exact(_HEADER.size - len(data)))
-        fd = fds[0] if fds else None
-        for extra in fds[1:]:
-            os.close(extra)
-        try:
-            if count and fd is None:
+        buffer = self._buffer
+        while len(buffer) < _HEADER.size:
+            self._read_more()
+        length, count = _HEADER.unpack_from(buffer)
+        end = _HEADER.size + length
+        while len(buffer) < end:
+            self._read_more(end - len(buffer))
+        fd = None
+        if count:
+            if not self._fds:
                 raise ChannelClosed("a message announced a descriptor that did not arrive")
-            released, dropped, message = pickle.loads(self._recv_exact(length))
+            fd = self._fds.popleft()
+        try:
+            with memoryview(buffer) as view:
+                released, dropped, message = pickle.loads(view[_HEADER.size : end])
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
+        finally:
+            del buffer[:end]
         self.pool.release(released)
         self.maps.drop(dropped)
         return message, fd
 
-    def _recv_exact(self, length: int) -> bytearray:
-        buffer = bytearray(length)
-        view = memoryview(buffer)
-        received = 0
-        while received < length:
-            n = self.sock.recv_into(view[received:])
-            if n == 0:
-                raise ChannelClosed("end of stream inside a message")
-            received += n
-        return buffer
+    def _read_more(self, wanted: int = 0) -> None:
+        """One read of what the socket holds; the rest of a message larger than a read
+        goes straight into the buffer's tail."""
+        buffer = self._buffer
+        if wanted > _READ_BYTES:  # no descriptor comes inside a message's payload
+            start = len(buffer)
+            buffer.extend(bytes(wanted))
+            received = 0
+            try:
+                with memoryview(buffer) as view:
+                    while received < wanted:
+                        n = self.sock.recv_into(view[start + received :])
+                        if n == 0:
+                            raise ChannelClosed("end of stream inside a message")
+                        received += n
+            finally:
+                del buffer[start + received :]
+            return
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, _READ_BYTES, 4)
+        self._fds.extend(fds)
+        if not data:
+            inside = " inside a message" if buffer else ""
+            raise ChannelClosed(f"end of stream{inside}")
+        buffer += data
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        while self._fds:
+            with contextlib.suppress(OSError):
+                os.close(self._fds.popleft())
         self.pool.close()
         self.maps.close()
 
