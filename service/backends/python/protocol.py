@@ -14,9 +14,10 @@ cancellation queries, a decoupled model's responses), read by a reader thread on
 side. The answer to an ``execute`` thus wakes the one thread that needs it, not a reader
 that wakes it in turn (docs/decisions/060-python-model-calls-link.md).
 
-A read takes whatever the socket holds (up to 256 KiB), so a small message costs one
-``recvmsg``; descriptors that arrive with the bytes are queued and handed to the messages
-whose headers announce one, in order (a descriptor travels with its message's header).
+A read takes whatever the socket holds (up to 64 KiB, into a buffer kept for the next),
+so a small message costs one ``recvmsg``; descriptors that arrive with the bytes are
+queued and handed to the messages whose headers announce one, in order (a descriptor
+travels with its message's header).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pickle
 import socket
 import struct
 import threading
+from array import array as _int_array
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -52,7 +54,14 @@ Named = Sequence[tuple[str, Array]]
 DEFAULT_INLINE_LIMIT = 64 * 1024
 _HEADER = struct.Struct("<IB")  # payload length, number of descriptors (0 or 1)
 _ALIGN = 64
-_READ_BYTES = 256 * 1024
+_READ_BYTES = 64 * 1024
+_ANCILLARY = socket.CMSG_SPACE(4 * _int_array("i").itemsize)  # fds one read may bring
+
+
+def _fds(data: bytes) -> list[int]:
+    fds = _int_array("i")
+    fds.frombytes(data)
+    return list(fds)
 
 
 class ChannelClosed(EOFError):
@@ -101,7 +110,8 @@ class Channel:
         self.pool = RegionPool(pool_bytes, smallest, growth)
         self.maps = RegionMaps()
         self._send_lock = threading.Lock()
-        self._buffer = bytearray()  # bytes read past the last whole message
+        self._buffer = bytearray(_READ_BYTES)  # [_start, _end): read, not yet handed out
+        self._start = self._end = 0
         self._fds: collections.deque[int] = collections.deque()  # not yet handed out
 
     def sibling(self, sock: socket.socket) -> Channel:
@@ -113,17 +123,18 @@ class Channel:
         other.pool = self.pool
         other.maps = self.maps
         other._send_lock = threading.Lock()
-        other._buffer = bytearray()
+        other._buffer = bytearray(_READ_BYTES)
+        other._start = other._end = 0
         other._fds = collections.deque()
         return other
 
     def pending(self) -> bool:
         """A whole message is already buffered: ``recv`` returns without reading."""
-        buffer = self._buffer
-        if len(buffer) < _HEADER.size:
+        available = self._end - self._start
+        if available < _HEADER.size:
             return False
-        length: int = _HEADER.unpack_from(buffer)[0]
-        return len(buffer) >= _HEADER.size + length
+        length: int = _HEADER.unpack_from(self._buffer, self._start)[0]
+        return available >= _HEADER.size + length
 
     # -- tensors -----------------------------------------------------------------------
 
@@ -188,55 +199,61 @@ class Channel:
 
     def recv(self) -> tuple[tuple[Any, ...], int | None]:
         """Blocking; raises ChannelClosed at end of stream."""
-        buffer = self._buffer
-        while len(buffer) < _HEADER.size:
-            self._read_more()
-        length, count = _HEADER.unpack_from(buffer)
-        end = _HEADER.size + length
-        while len(buffer) < end:
-            self._read_more(end - len(buffer))
+        while True:
+            start, available = self._start, self._end - self._start
+            if available >= _HEADER.size:
+                length, count = _HEADER.unpack_from(self._buffer, start)
+                end = start + _HEADER.size + length
+                if end <= self._end:
+                    break
+                self._read_more(_HEADER.size + length)
+            else:
+                self._read_more(_HEADER.size)
         fd = None
         if count:
             if not self._fds:
                 raise ChannelClosed("a message announced a descriptor that did not arrive")
             fd = self._fds.popleft()
         try:
-            with memoryview(buffer) as view:
-                released, dropped, message = pickle.loads(view[_HEADER.size : end])
+            with memoryview(self._buffer) as view:
+                released, dropped, message = pickle.loads(view[start + _HEADER.size : end])
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
         finally:
-            del buffer[:end]
+            self._start = end
+            if end == self._end:
+                self._start = self._end = 0
         self.pool.release(released)
         self.maps.drop(dropped)
         return message, fd
 
-    def _read_more(self, wanted: int = 0) -> None:
-        """One read of what the socket holds; the rest of a message larger than a read
-        goes straight into the buffer's tail."""
-        buffer = self._buffer
-        if wanted > _READ_BYTES:  # no descriptor comes inside a message's payload
-            start = len(buffer)
-            buffer.extend(bytes(wanted))
-            received = 0
-            try:
-                with memoryview(buffer) as view:
-                    while received < wanted:
-                        n = self.sock.recv_into(view[start + received :])
-                        if n == 0:
-                            raise ChannelClosed("end of stream inside a message")
-                        received += n
-            finally:
-                del buffer[start + received :]
-            return
-        data, fds, _flags, _addr = socket.recv_fds(self.sock, _READ_BYTES, 4)
-        self._fds.extend(fds)
-        if not data:
-            inside = " inside a message" if buffer else ""
+    def _read_more(self, whole: int) -> None:
+        """One ``recvmsg`` of what the socket holds into the buffer's free tail, after
+        making room for a message of ``whole`` bytes that starts at ``_start``."""
+        buffer, start, end = self._buffer, self._start, self._end
+        if start + whole > len(buffer):  # move the partial message to the front
+            if whole > len(buffer):
+                grown = bytearray(max(whole, 2 * len(buffer)))
+                grown[: end - start] = buffer[start:end]
+                self._buffer = buffer = grown
+            else:
+                buffer[: end - start] = buffer[start:end]
+            self._start, self._end = 0, end - start
+            end = self._end
+        with memoryview(buffer) as view:
+            n, ancillary, flags, _ = self.sock.recvmsg_into([view[end:]], _ANCILLARY)
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(data) - len(data) % _int_array("i").itemsize
+                self._fds.extend(_fds(data[:usable]))
+        if flags & socket.MSG_CTRUNC:
+            raise ChannelClosed("descriptors were lost in transit (MSG_CTRUNC)")
+        if n == 0:
+            inside = " inside a message" if end > self._start else ""
             raise ChannelClosed(f"end of stream{inside}")
-        buffer += data
+        self._end = end + n
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
