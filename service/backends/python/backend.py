@@ -466,19 +466,24 @@ class PythonInstance:
             call.answered.set()
 
 
-def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
+def _wire(request: BackendRequest, tensors: list[Any]) -> tuple[Any, ...]:
     flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
     correlation = request.correlation_id if request.correlation_id is not None else 0
-    return WireRequest(
-        inputs=tensors,
-        request_id=request.request_id,
-        correlation_id=correlation,
-        flags=flags,
-        requested_outputs=list(request.requested_outputs),
-        # Compact and unescaped, as Triton's python backend writes it (rapidjson).
-        parameters=json.dumps(request.parameters, separators=(",", ":"), ensure_ascii=False),
-        timeout=request.timeout_us,
-        trace=request.trace_context,
+    parameters = request.parameters
+    return tuple(
+        WireRequest(
+            inputs=tensors,
+            request_id=request.request_id,
+            correlation_id=correlation,
+            flags=flags,
+            requested_outputs=list(request.requested_outputs),
+            # Compact and unescaped, as Triton's python backend writes it (rapidjson).
+            parameters=json.dumps(parameters, separators=(",", ":"), ensure_ascii=False)
+            if parameters
+            else "{}",
+            timeout=request.timeout_us,
+            trace=request.trace_context,
+        )
     )
 
 

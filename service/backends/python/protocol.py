@@ -68,16 +68,17 @@ class ChannelClosed(EOFError):
     """The other side closed the socket (it exited or was killed)."""
 
 
-class TensorRef(NamedTuple):
-    name: str
-    kind: str  # numpy dtype string ("<f4"), or "BYTES" (length-prefixed items)
-    shape: tuple[int, ...]
-    data: bytearray | None  # small tensors travel inside the message
-    offset: int  # large ones live in the message's shared region
-    nbytes: int
+# Messages hold plain tuples, never NamedTuples: pickling a NamedTuple looks its class up
+# by name and costs about six times as much (7.6 against 1.3 µs for an execute message).
+#: A tensor: (name, kind, shape, data, offset, nbytes). ``kind``: a numpy dtype string
+#: ("<f4") or "BYTES" (length-prefixed items); ``data``: the bytes of a small tensor, else
+#: None and the tensor is ``nbytes`` at ``offset`` in the message's shared region.
+TensorRef = tuple[str, str, tuple[int, ...], bytearray | None, int, int]
 
 
 class WireRequest(NamedTuple):
+    """A request as the worker reads it; it travels as ``tuple(request)``."""
+
     inputs: list[TensorRef]
     request_id: str
     correlation_id: int | str
@@ -145,19 +146,22 @@ class Channel:
         for group in groups:
             out: list[TensorRef] = []
             for name, array in group:
-                shape = tuple(int(d) for d in array.shape)
+                shape = array.shape  # a tuple of ints already
                 if array.dtype == np.object_:
                     data = memoryview(serialize_bytes_tensor(array))
                     kind = "BYTES"
+                elif array.nbytes <= self.inline_limit:  # bytearray() copies in C order
+                    out.append((name, array.dtype.str, shape, bytearray(array), 0, array.nbytes))
+                    continue
                 else:
                     contiguous = np.ascontiguousarray(array)
                     data = contiguous.reshape(-1).view(np.uint8).data
                     kind = contiguous.dtype.str
                 if data.nbytes <= self.inline_limit:
-                    out.append(TensorRef(name, kind, shape, bytearray(data), 0, data.nbytes))
+                    out.append((name, kind, shape, bytearray(data), 0, data.nbytes))
                     continue
                 size = -(-size // _ALIGN) * _ALIGN
-                out.append(TensorRef(name, kind, shape, None, size, data.nbytes))
+                out.append((name, kind, shape, None, size, data.nbytes))
                 large.append((size, data))
                 size += data.nbytes
             refs.append(out)
@@ -182,7 +186,7 @@ class Channel:
         root = self.maps.root(region, fd) if region is not None else None
         if region is None and fd is not None:
             os.close(fd)
-        return [[(ref.name, _array(ref, root)) for ref in group] for group in groups]
+        return [[(ref[0], _array(*ref, root)) for ref in group] for group in groups]
 
     # -- framing -----------------------------------------------------------------------
 
@@ -266,16 +270,24 @@ class Channel:
         self.maps.close()
 
 
-def _array(ref: TensorRef, root: npt.NDArray[np.uint8] | None) -> Array:
-    if ref.data is not None:
-        raw: Any = ref.data
+def _array(
+    name: str,
+    kind: str,
+    shape: tuple[int, ...],
+    data: bytearray | None,
+    offset: int,
+    nbytes: int,
+    root: npt.NDArray[np.uint8] | None,
+) -> Array:
+    if data is not None:
+        raw: Any = data
     elif root is None:
-        raise ValueError(f"tensor '{ref.name}' refers to a missing shared region")
+        raise ValueError(f"tensor '{name}' refers to a missing shared region")
     else:
-        raw = root[ref.offset : ref.offset + ref.nbytes]
-    if ref.kind == "BYTES":
-        count = int(np.prod(ref.shape, dtype=np.int64))
-        return deserialize_bytes_tensor(memoryview(raw), count).reshape(ref.shape)
-    if ref.data is not None:
-        return np.frombuffer(raw, dtype=np.dtype(ref.kind)).reshape(ref.shape)
-    return raw.view(np.dtype(ref.kind)).reshape(ref.shape)  # type: ignore[no-any-return]
+        raw = root[offset : offset + nbytes]
+    if kind == "BYTES":
+        count = int(np.prod(shape, dtype=np.int64))
+        return deserialize_bytes_tensor(memoryview(raw), count).reshape(shape)
+    if data is not None:
+        return np.frombuffer(raw, dtype=np.dtype(kind)).reshape(shape)
+    return raw.view(np.dtype(kind)).reshape(shape)  # type: ignore[no-any-return]

@@ -177,7 +177,8 @@ class Stub:
     def _execute(self, message: tuple[Any, ...], fd: int | None) -> None:
         """Triton's ``ProcessRequests``: run ``execute``, check what it returned, answer
         every open request with the error if anything raised."""
-        _, call_id, decoupled, wire, region = message
+        _, call_id, decoupled, plain, region = message
+        wire = [WireRequest._make(item) for item in plain]
         groups = self.calls.unpack([item.inputs for item in wire], region, fd)
         requests = self._requests(call_id, decoupled, wire, groups)
         del groups

@@ -91,7 +91,9 @@ class InferenceResponse:
         self._outputs = list(output_tensors or [])
         self._error = error
         self._parameters = (
-            parameters if isinstance(parameters, str) else json.dumps(parameters or {})
+            parameters
+            if isinstance(parameters, str)
+            else (json.dumps(parameters) if parameters else "{}")
         )
 
     def output_tensors(self) -> list[Tensor]:
