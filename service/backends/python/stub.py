@@ -24,7 +24,6 @@ import socket
 import sys
 import threading
 import traceback
-import weakref
 from functools import partial
 from typing import Any
 
@@ -48,6 +47,31 @@ class _Failure(pb_utils.TritonError):
     """An error this worker answers for the model (execute raised, sent nothing, sent
     something malformed): the request failed, unlike one the model answered with an
     error response, which Triton counts as a success."""
+
+
+class _WatchedSender(pb_utils.InferenceResponseSender):
+    """A non-decoupled request's sender. A request the model can no longer answer (its
+    sender collected while still open) would wait forever: it fails, as when no response
+    came. ``__del__`` costs nothing until then; a ``weakref.finalize`` per request cost
+    about 2 µs to register."""
+
+    def __init__(
+        self,
+        emit: pb_utils.Emit,
+        cancelled: Any,
+        unanswered: Any,
+    ) -> None:
+        super().__init__(emit, cancelled, False)
+        self._unanswered: Any = unanswered
+
+    def detach(self) -> None:
+        """The request goes back to the server (rescheduled): nothing is owed."""
+        self._unanswered = None
+
+    def __del__(self) -> None:
+        unanswered = self._unanswered
+        if unanswered is not None and not self._closed:
+            unanswered(self._emit)
 
 
 class Stub:
@@ -209,9 +233,9 @@ class Stub:
             if request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         ]
         for index in rescheduled:  # not unanswered: the server runs it again
-            finalizer = getattr(requests[index].get_response_sender(), "_unanswered", None)
-            if finalizer is not None:
-                finalizer.detach()
+            sender = requests[index].get_response_sender()
+            if isinstance(sender, _WatchedSender):
+                sender.detach()
         del requests, result  # lets the input region be released with the reply
         with self.batch_lock:
             items = self.batches.pop(call_id, [])
@@ -234,38 +258,34 @@ class Stub:
         self, call_id: int, decoupled: bool, wire: list[WireRequest], groups: list[Any]
     ) -> list[pb_utils.InferenceRequest]:
         requests = []
+        bf16 = self.bf16_inputs
         for index, (item, tensors) in enumerate(zip(wire, groups, strict=True)):
             emit = partial(self._emit, call_id, decoupled, index)
-            sender = pb_utils.InferenceResponseSender(
-                emit, partial(self._is_cancelled, call_id, index), decoupled
+            cancelled = partial(self._is_cancelled, call_id, index)
+            sender = (
+                pb_utils.InferenceResponseSender(emit, cancelled, True)
+                if decoupled
+                else _WatchedSender(emit, cancelled, self._unanswered)
             )
-            if not decoupled:
-                # A non-decoupled request the model can no longer answer (its sender is
-                # gone, unclosed) would wait forever: it fails, as when no response came.
-                finalizer = weakref.finalize(sender, self._unanswered, sender.__dict__, emit)
-                finalizer.atexit = False
-                sender._unanswered = finalizer  # type: ignore[attr-defined]
             requests.append(
-                pb_utils.InferenceRequest(
-                    inputs=[
-                        pb_utils.Tensor(name, array, BF16 if name in self.bf16_inputs else None)
+                pb_utils.InferenceRequest._received(
+                    [
+                        pb_utils.Tensor(name, array, BF16 if name in bf16 else None)
                         for name, array in tensors
                     ],
-                    request_id=item.request_id,
-                    correlation_id=item.correlation_id,
-                    requested_output_names=item.requested_outputs,
-                    flags=item.flags,
-                    parameters=item.parameters,
-                    timeout=item.timeout,
-                    trace=pb_utils.InferenceTrace(item.trace),
-                    sender=sender,
+                    item.request_id,
+                    item.correlation_id,
+                    item.requested_outputs,
+                    item.flags,
+                    item.parameters,
+                    item.timeout,
+                    pb_utils.InferenceTrace(item.trace),
+                    sender,
                 )
             )
         return requests
 
-    def _unanswered(self, state: dict[str, Any], emit: Any) -> None:
-        if state.get("_closed"):
-            return
+    def _unanswered(self, emit: pb_utils.Emit) -> None:
         error = pb_utils.InferenceResponse(error=_Failure(f"{self.label} sent no response"))
         with contextlib.suppress(Exception):
             emit(error, True)
