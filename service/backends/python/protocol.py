@@ -55,6 +55,11 @@ DEFAULT_INLINE_LIMIT = 64 * 1024
 _HEADER = struct.Struct("<IB")  # payload length, number of descriptors (0 or 1)
 _ALIGN = 64
 _READ_BYTES = 64 * 1024
+# Plain ints: socket's constants are enum members, and ``flags & MSG_CTRUNC`` on one
+# runs Flag.__and__ in Python on every read.
+_CTRUNC, _SOL_SOCKET, _SCM_RIGHTS = (
+    int(c) for c in (socket.MSG_CTRUNC, socket.SOL_SOCKET, socket.SCM_RIGHTS)
+)
 _ANCILLARY = socket.CMSG_SPACE(4 * _int_array("i").itemsize)  # fds one read may bring
 
 
@@ -249,10 +254,10 @@ class Channel:
         with memoryview(buffer) as view:
             n, ancillary, flags, _ = self.sock.recvmsg_into([view[end:]], _ANCILLARY)
         for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
                 usable = len(data) - len(data) % _int_array("i").itemsize
                 self._fds.extend(_fds(data[:usable]))
-        if flags & socket.MSG_CTRUNC:
+        if flags & _CTRUNC:
             raise ChannelClosed("descriptors were lost in transit (MSG_CTRUNC)")
         if n == 0:
             inside = " inside a message" if end > self._start else ""
