@@ -195,7 +195,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     try:
         gateway = GatewayProcess(server.url).start(timeout=60)
         windows = _rounds(server, gateway, workloads, bodies, args)
-        profiles = _profiles(server, gateway, workloads, bodies, windows, args.profile, tmp)
+        profiles = _profiles(
+            server, gateway, workloads, bodies, windows, args.profile, tmp, args.profile_kind
+        )
         gateway.stop(timeout=30)
     finally:
         if gateway is not None and gateway.running:
@@ -226,8 +228,10 @@ def _rounds(
 def _profiles(
     server: ServerProcess, gateway: GatewayProcess, workloads: Sequence[Workload],
     bodies: Mapping[str, Path], windows: Mapping[str, list[Window]], seconds: float, tmp: Path,
+    role: str = "hottest",
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Each workload's costliest process under py-spy while h2load drives it."""
+    """Each workload's costliest process (or busiest of kind ``role``) under py-spy while
+    h2load drives it."""
     profiles: dict[str, dict[str, Any]] = {}
     for work in workloads if seconds > 0 else ():
         hottest = windows[work.key][-1]
@@ -237,13 +241,33 @@ def _profiles(
         streams = max(1, work.concurrency // work.connections)
         load = _background_load(url, bodies[work.key], work, streams, seconds + 2, path)
         time.sleep(1.0)
-        ok = profile(hottest.hottest_pid, seconds, raw)
+        pid, kind = hottest.hottest_pid, hottest.hottest_kind
+        if role != "hottest":  # the busiest process of that kind instead
+            pid, kind = _busiest(server, gateway, role), role
+        ok = profile(pid, seconds, raw)
         load.wait(timeout=seconds + 90)
         if ok:
             with open(raw, encoding="utf-8", errors="replace") as lines:
                 parsed = parse_raw(lines)
-            profiles[work.key] = {"kind": hottest.hottest_kind, "lines": summary_lines(parsed)}
+            profiles[work.key] = {"kind": kind, "lines": summary_lines(parsed)}
     return profiles
+
+
+def _busiest(server: ServerProcess, gateway: GatewayProcess, kind: str) -> int:
+    """The process of ``kind`` that used the most CPU over a quarter of a second."""
+    kinds = classify(server.pid, engine_pid(server), gateway.pid)
+    pids = [pid for pid, k in kinds.items() if k.kind == kind]
+    if not pids:
+        raise RuntimeError(f"no {kind} process to profile")
+    first = snapshot(pids)
+    time.sleep(0.25)
+    last = snapshot(pids)
+
+    def used(pid: int) -> float:
+        after, before = last.get(pid, {}), first.get(pid, {})
+        return sum(u + s for u, s in after.values()) - sum(u + s for u, s in before.values())
+
+    return max(pids, key=used)
 
 
 def _background_load(
@@ -331,6 +355,12 @@ class CostBudget(Scenario):
         parser.add_argument("--frontends", type=int, default=os.cpu_count() or 1)
         parser.add_argument("--only", nargs="*", default=[], help="workload keys")
         parser.add_argument("--profile", type=float, default=0.0, help="py-spy seconds each")
+        parser.add_argument(
+            "--profile-kind",
+            default="hottest",
+            choices=["hottest", "frontend", "engine", "python_worker", "gateway"],
+            help="which process --profile samples (default: the costliest)",
+        )
         parser.add_argument("--out", type=Path, default=None)
 
     @staticmethod

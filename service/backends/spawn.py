@@ -19,7 +19,7 @@ from pathlib import Path
 
 import wire
 
-__all__ = ["describe_exit", "spawn_worker"]
+__all__ = ["describe_exit", "spawn_linked", "spawn_worker"]
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding 'service'
 _WIRE_ROOT = str(Path(wire.__file__).resolve().parents[1])  # the folder holding 'wire'
@@ -30,23 +30,37 @@ def spawn_worker(
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """Start ``python -m module FD *args``; returns the process and the server's end.
     ``python``: the command that runs another interpreter (a model's own environment)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    process, (ours,) = spawn_linked(module, 1, *args, python=python)
+    return process, ours
+
+
+def spawn_linked(
+    module: str, links: int, *args: str, python: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], list[socket.socket]]:
+    """``spawn_worker`` with ``links`` socketpairs: the worker gets ``FD1,FD2,...`` as
+    its first argument, the server the matching ends, in order."""
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(links)]
+    ours = [pair[0] for pair in pairs]
+    theirs = [pair[1] for pair in pairs]
     env = dict(os.environ)
     paths = (_PACKAGE_ROOT, _WIRE_ROOT, env.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    fds = [sock.fileno() for sock in theirs]
     try:
         process = subprocess.Popen(
-            [*(python or [sys.executable]), "-m", module, str(theirs.fileno()), *args],
-            pass_fds=(theirs.fileno(),),
+            [*(python or [sys.executable]), "-m", module, ",".join(map(str, fds)), *args],
+            pass_fds=fds,
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
     except BaseException:
-        ours.close()
+        for sock in ours:
+            sock.close()
         raise
     finally:
-        theirs.close()
+        for sock in theirs:
+            sock.close()
     return process, ours
 
 

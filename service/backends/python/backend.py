@@ -1,9 +1,11 @@
 """``backend: "python"``: each instance is a worker process running the model's ``model.py``.
 
 ``PythonInstance.execute_requests`` runs in the instance's scheduler thread: it ships the
-requests to the worker, and the worker's reader thread forwards every response to the
-request's ``ResponseSender`` as it arrives (decoupled models keep sending after
-``execute`` returned). A worker that crashes, or whose ``execute`` outlives
+requests to the worker on the calls link and, for a model that is not decoupled, reads
+the answer there itself, forwarding each response to its request's ``ResponseSender``
+(one thread wake-up per execute on this side). A decoupled model's responses come on the
+services link, which the worker's reader thread reads, as they may keep coming after
+``execute`` returned. A worker that crashes, or whose ``execute`` outlives
 ``execute_timeout_secs``, is killed if need be, every request it still owed gets an error
 naming the model, and a fresh worker is started and initialised in its place.
 """
@@ -45,7 +47,7 @@ from .config_json import apply_completed, config_to_json
 from .execution_env import execution_env, launcher
 from .metric_calls import serve_metric
 from .model_control import serve_control
-from .protocol import WireRequest
+from .protocol import ChannelClosed, WireRequest
 from .settings import RESTART_BACKOFF, Settings
 from .worker import WorkerProcess
 
@@ -323,13 +325,14 @@ class PythonInstance:
             return
         wire = [_wire(r, refs) for r, refs in zip(requests, packed.refs, strict=True)]
         try:
-            worker.send(("execute", call_id, self._decoupled, wire, packed.region), packed.fd)
+            worker.send_call(("execute", call_id, self._decoupled, wire, packed.region), packed.fd)
         except OSError:
             pass  # the worker is gone; its reader fails the call
         finally:
             if packed.fd is not None:
                 os.close(packed.fd)
-        if not self._wait(call):
+        answered = self._wait(call) if self._decoupled else self._read_answer(worker, call)
+        if not answered:
             self._end_reason = (
                 f"{self._label}: execute did not return within "
                 f"{self.settings.execute_timeout:g} s (execute_timeout_secs); "
@@ -345,6 +348,26 @@ class PythonInstance:
                 _send(senders[index], None, InvalidArgument(_NO_RESCHEDULE), True)
         if not self._running:
             self._restart()
+
+    def _read_answer(self, worker: WorkerProcess, call: _Call) -> bool:
+        """Read the calls link until ``execute`` returned and every request was answered
+        (a response sent from the model's own thread may come later), within
+        ``execute_timeout_secs``; False when that ran out. A worker that died meanwhile
+        ends the call through ``_on_exit``."""
+        timeout = self.settings.execute_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not call.answered.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            try:
+                received = worker.recv_call(left)
+            except (ChannelClosed, OSError):
+                worker.join()  # its reader has failed what the worker owed
+                return True
+            if received is not None:
+                self._on_message(*received)
+        return True
 
     def _wait(self, call: _Call) -> bool:
         """Until ``execute`` returned and, for a non-decoupled model, every request was
@@ -373,27 +396,33 @@ class PythonInstance:
         if tag == "responses":
             _, call_id, items, region, done, rescheduled = message
             groups = self._worker.channel.unpack([r or [] for _, r, _, _ in items], region, fd)
-            with self._lock:
+            with self._lock:  # the instance's thread or the reader; _on_exit ends calls too
                 call = self._calls.get(call_id)
-            if call is None:
-                return
-            for (index, refs, error, final), tensors in zip(items, groups, strict=True):
-                if call.final[index]:
-                    continue
-                call.final[index] = final
+                if call is None:
+                    return
+                answers = []
+                for (index, refs, error, final), tensors in zip(items, groups, strict=True):
+                    if call.final[index]:
+                        continue
+                    call.final[index] = final
+                    answers.append((index, refs, error, final, tensors))
+                if done:
+                    for index in rescheduled:  # the scheduler runs these again
+                        if not call.final[index]:
+                            call.final[index] = True
+                            call.rescheduled.append(index)
+                ended = done and all(call.final)
+                if ended:
+                    self._calls.pop(call_id, None)
+            for index, refs, error, final, tensors in answers:
                 outputs = None
                 if refs is not None:
                     wanted = call.requested[index]
                     outputs = {n: a for n, a in tensors if not wanted or n in wanted}
                 _send(call.senders[index], outputs, _model_error(error), final)
             if done:
-                for index in rescheduled:  # the scheduler runs these again
-                    if not call.final[index]:
-                        call.final[index] = True
-                        call.rescheduled.append(index)
                 call.executed.set()
-            ended = call.executed.is_set() and all(call.final)
-            if ended:
+            if ended or (call.executed.is_set() and all(call.final)):
                 call.answered.set()
                 with self._lock:
                     self._calls.pop(call_id, None)
@@ -437,19 +466,24 @@ class PythonInstance:
             call.answered.set()
 
 
-def _wire(request: BackendRequest, tensors: list[Any]) -> WireRequest:
+def _wire(request: BackendRequest, tensors: list[Any]) -> tuple[Any, ...]:
     flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
     correlation = request.correlation_id if request.correlation_id is not None else 0
-    return WireRequest(
-        inputs=tensors,
-        request_id=request.request_id,
-        correlation_id=correlation,
-        flags=flags,
-        requested_outputs=list(request.requested_outputs),
-        # Compact and unescaped, as Triton's python backend writes it (rapidjson).
-        parameters=json.dumps(request.parameters, separators=(",", ":"), ensure_ascii=False),
-        timeout=request.timeout_us,
-        trace=request.trace_context,
+    parameters = request.parameters
+    return tuple(
+        WireRequest(
+            inputs=tensors,
+            request_id=request.request_id,
+            correlation_id=correlation,
+            flags=flags,
+            requested_outputs=list(request.requested_outputs),
+            # Compact and unescaped, as Triton's python backend writes it (rapidjson).
+            parameters=json.dumps(parameters, separators=(",", ":"), ensure_ascii=False)
+            if parameters
+            else "{}",
+            timeout=request.timeout_us,
+            trace=request.trace_context,
+        )
     )
 
 

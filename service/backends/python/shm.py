@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_POOL_BYTES", "MIN_REGION", "Lease", "RegionInfo", "RegionMap
 DEFAULT_POOL_BYTES = 256 << 20
 MIN_REGION = 1 << 20
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_NONE: list[int] = []  # what ``take_*`` return when there is nothing: never appended to
 
 
 class RegionInfo(NamedTuple):
@@ -141,6 +142,8 @@ class RegionPool:
             self._dropped.append(region_id)
 
     def release(self, ids: list[int]) -> None:
+        if not ids:
+            return
         with self._lock:
             for region_id in ids:
                 region = self._regions.get(region_id)
@@ -148,6 +151,8 @@ class RegionPool:
                     region.busy = False
 
     def take_dropped(self) -> list[int]:
+        if not self._dropped:  # the usual case, without the lock (a list's truth is atomic)
+            return _NONE
         with self._lock:
             dropped, self._dropped = self._dropped, []
         return dropped
@@ -195,11 +200,15 @@ class RegionMaps:
             self._released.append(region_id)
 
     def take_released(self) -> list[int]:
+        if not self._released:  # the usual case, without the lock (a list's truth is atomic)
+            return _NONE
         with self._lock:
             released, self._released = self._released, []
         return released
 
     def drop(self, ids: list[int]) -> None:
+        if not ids:
+            return
         with self._lock:
             memories = [self._maps.pop(i) for i in ids if i in self._maps]
         for memory in memories:

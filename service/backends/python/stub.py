@@ -3,9 +3,12 @@
 Like Triton's stub: it imports ``model.py``, runs ``auto_complete_config``, ``initialize``,
 ``execute`` and ``finalize`` when the server asks, and streams every response back as the
 model produces it. The main thread runs the model (some libraries insist on the main
-thread); a reader thread takes the server's messages, so cancellation queries are answered
-while ``execute`` runs. The worker exits when the server's end of the socket closes or its
-parent process changes, so it never outlives the server.
+thread) and reads the server's commands on the calls link itself, answering on it (a
+decoupled model's responses go on the services link); a reader thread takes the answers
+to the model's own calls on the services link (BLS, model control, metrics,
+cancellation queries), so they arrive while ``execute`` runs. The worker exits when the
+server's end of a link closes or its parent process changes, so it never outlives the
+server.
 """
 
 from __future__ import annotations
@@ -16,13 +19,11 @@ import itertools
 import json
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
 import threading
 import traceback
-import weakref
 from functools import partial
 from typing import Any
 
@@ -48,11 +49,36 @@ class _Failure(pb_utils.TritonError):
     error response, which Triton counts as a success."""
 
 
+class _WatchedSender(pb_utils.InferenceResponseSender):
+    """A non-decoupled request's sender. A request the model can no longer answer (its
+    sender collected while still open) would wait forever: it fails, as when no response
+    came. ``__del__`` costs nothing until then; a ``weakref.finalize`` per request cost
+    about 2 µs to register."""
+
+    def __init__(
+        self,
+        emit: pb_utils.Emit,
+        cancelled: Any,
+        unanswered: Any,
+    ) -> None:
+        super().__init__(emit, cancelled, False)
+        self._unanswered: Any = unanswered
+
+    def detach(self) -> None:
+        """The request goes back to the server (rescheduled): nothing is owed."""
+        self._unanswered = None
+
+    def __del__(self) -> None:
+        unanswered = self._unanswered
+        if unanswered is not None and not self._closed:
+            unanswered(self._emit)
+
+
 class Stub:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, calls: Channel, channel: Channel) -> None:
+        """``calls``: the commands and their answers; ``channel``: the services link."""
+        self.calls = calls
         self.channel = channel
-        # SimpleQueue: the reader hands every execute over; queue.Queue's Condition cost more.
-        self.commands: queue.SimpleQueue[tuple[tuple[Any, ...], int | None]] = queue.SimpleQueue()
         self.queries: dict[int, tuple[threading.Event, list[bool]]] = {}
         self.query_ids = itertools.count()
         self.model_class: Any = None
@@ -70,9 +96,12 @@ class Stub:
         pb_utils._set_model_control(self.bls.control)  # allowed in initialize too
         set_metric_transport(self.bls.metric, self.bls.metric_release)
         threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
-        self.channel.send(("ready", os.getpid()))
+        self.calls.send(("ready", os.getpid()))
         while True:
-            message, fd = self.commands.get()
+            try:
+                message, fd = self.calls.recv()
+            except (ChannelClosed, OSError):
+                hard_exit(1)  # the server went away: nobody is left to answer
             tag = message[0]
             if tag == "execute":
                 self._execute(message, fd)
@@ -82,8 +111,10 @@ class Stub:
                 self._reply(self._initialize, message)
             elif tag == "finalize":
                 self._finalize()
-                self.channel.send(("finalized",))
+                self.calls.send(("finalized",))
                 hard_exit(0)
+            elif fd is not None:
+                os.close(fd)
 
     def _read(self) -> None:
         try:
@@ -99,8 +130,8 @@ class Stub:
                     result[0] = bool(state)
                     if event is not None:
                         event.set()
-                else:
-                    self.commands.put((message, fd))
+                elif fd is not None:
+                    os.close(fd)
         except (ChannelClosed, OSError):
             pass  # the server went away: nobody is left to answer
         except BaseException:
@@ -112,9 +143,9 @@ class Stub:
             result = step(*message[1:])
         except BaseException as exc:  # anything the model raises fails the load, with a reason
             traceback.print_exc()
-            self.channel.send(("failed", describe_exception(exc)))
+            self.calls.send(("failed", describe_exception(exc)))
         else:
-            self.channel.send(result)
+            self.calls.send(result)
 
     def _load(
         self, model_path: str, label: str, instance_name: str, config_json: str, complete: bool
@@ -170,8 +201,9 @@ class Stub:
     def _execute(self, message: tuple[Any, ...], fd: int | None) -> None:
         """Triton's ``ProcessRequests``: run ``execute``, check what it returned, answer
         every open request with the error if anything raised."""
-        _, call_id, decoupled, wire, region = message
-        groups = self.channel.unpack([item.inputs for item in wire], region, fd)
+        _, call_id, decoupled, plain, region = message
+        wire = [WireRequest._make(item) for item in plain]
+        groups = self.calls.unpack([item.inputs for item in wire], region, fd)
         requests = self._requests(call_id, decoupled, wire, groups)
         del groups
         if not decoupled:
@@ -201,13 +233,13 @@ class Stub:
             if request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         ]
         for index in rescheduled:  # not unanswered: the server runs it again
-            finalizer = getattr(requests[index].get_response_sender(), "_unanswered", None)
-            if finalizer is not None:
-                finalizer.detach()
+            sender = requests[index].get_response_sender()
+            if isinstance(sender, _WatchedSender):
+                sender.detach()
         del requests, result  # lets the input region be released with the reply
         with self.batch_lock:
             items = self.batches.pop(call_id, [])
-        self._send_responses(call_id, items, done=True, rescheduled=rescheduled)
+        self._send_responses(call_id, decoupled, items, done=True, rescheduled=rescheduled)
 
     def _background_done(self, requests: list[pb_utils.InferenceRequest], future: Any) -> None:
         """A decoupled ``async def execute`` ended in the background. Triton only logs an
@@ -226,38 +258,34 @@ class Stub:
         self, call_id: int, decoupled: bool, wire: list[WireRequest], groups: list[Any]
     ) -> list[pb_utils.InferenceRequest]:
         requests = []
+        bf16 = self.bf16_inputs
         for index, (item, tensors) in enumerate(zip(wire, groups, strict=True)):
-            emit = partial(self._emit, call_id, index)
-            sender = pb_utils.InferenceResponseSender(
-                emit, partial(self._is_cancelled, call_id, index), decoupled
+            emit = partial(self._emit, call_id, decoupled, index)
+            cancelled = partial(self._is_cancelled, call_id, index)
+            sender = (
+                pb_utils.InferenceResponseSender(emit, cancelled, True)
+                if decoupled
+                else _WatchedSender(emit, cancelled, self._unanswered)
             )
-            if not decoupled:
-                # A non-decoupled request the model can no longer answer (its sender is
-                # gone, unclosed) would wait forever: it fails, as when no response came.
-                finalizer = weakref.finalize(sender, self._unanswered, sender.__dict__, emit)
-                finalizer.atexit = False
-                sender._unanswered = finalizer  # type: ignore[attr-defined]
             requests.append(
-                pb_utils.InferenceRequest(
-                    inputs=[
-                        pb_utils.Tensor(name, array, BF16 if name in self.bf16_inputs else None)
+                pb_utils.InferenceRequest._received(
+                    [
+                        pb_utils.Tensor(name, array, BF16 if name in bf16 else None)
                         for name, array in tensors
                     ],
-                    request_id=item.request_id,
-                    correlation_id=item.correlation_id,
-                    requested_output_names=item.requested_outputs,
-                    flags=item.flags,
-                    parameters=item.parameters,
-                    timeout=item.timeout,
-                    trace=pb_utils.InferenceTrace(item.trace),
-                    sender=sender,
+                    item.request_id,
+                    item.correlation_id,
+                    item.requested_outputs,
+                    item.flags,
+                    item.parameters,
+                    item.timeout,
+                    pb_utils.InferenceTrace(item.trace),
+                    sender,
                 )
             )
         return requests
 
-    def _unanswered(self, state: dict[str, Any], emit: Any) -> None:
-        if state.get("_closed"):
-            return
+    def _unanswered(self, emit: pb_utils.Emit) -> None:
         error = pb_utils.InferenceResponse(error=_Failure(f"{self.label} sent no response"))
         with contextlib.suppress(Exception):
             emit(error, True)
@@ -324,7 +352,12 @@ class Stub:
             sender.mark_closed()
 
     def _emit(
-        self, call_id: int, index: int, response: pb_utils.InferenceResponse | None, final: bool
+        self,
+        call_id: int,
+        decoupled: bool,
+        index: int,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
     ) -> None:
         error: tuple[str, int] | tuple[str, int, bool] | None = None
         outputs: list[tuple[str, Any]] | None = None
@@ -345,11 +378,19 @@ class Stub:
             if batch is not None:
                 batch.append(item)
                 return
-        self._send_responses(call_id, [item], done=False)
+        self._send_responses(call_id, decoupled, [item], done=False)
 
     def _send_responses(
-        self, call_id: int, items: list[Item], done: bool, rescheduled: list[int] | None = None
+        self,
+        call_id: int,
+        decoupled: bool,
+        items: list[Item],
+        done: bool,
+        rescheduled: list[int] | None = None,
     ) -> None:
+        """On the calls link, where the server's instance thread waits for them; a
+        decoupled model's on the services link (they may come after ``execute``)."""
+        link = self.channel if decoupled else self.calls
         try:
             packed = self.channel.pack([outputs or [] for _, outputs, _, _ in items])
         except Exception as exc:
@@ -363,9 +404,8 @@ class Stub:
             for (index, outputs, error, final), refs in zip(items, packed.refs, strict=True)
         ]
         try:
-            self.channel.send(
-                ("responses", call_id, wire, packed.region, done, rescheduled or []), packed.fd
-            )
+            message = ("responses", call_id, wire, packed.region, done, rescheduled or [])
+            link.send(message, packed.fd)
         finally:
             if packed.fd is not None:
                 os.close(packed.fd)
@@ -381,15 +421,17 @@ class Stub:
 
 
 def main() -> None:
-    fd, inline_limit, pool_bytes, smallest, growth = (int(arg) for arg in sys.argv[1:6])
+    calls_fd, services_fd = (int(fd) for fd in sys.argv[1].split(","))
+    inline_limit, pool_bytes, smallest, growth = (int(arg) for arg in sys.argv[2:6])
     # Triton's stub embeds its interpreter with no arguments (sys.argv == [""]): a model
     # that runs ``unittest.main(...)`` (Triton's qa models do) must not see ours.
     sys.argv = [""]
-    os.set_inheritable(fd, False)
+    for fd in (calls_fd, services_fd):
+        os.set_inheritable(fd, False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when its models stop
     sys.modules["triton_python_backend_utils"] = pb_utils
-    channel = Channel(socket.socket(fileno=fd), inline_limit, pool_bytes, smallest, growth)
-    Stub(channel).run()
+    calls = Channel(socket.socket(fileno=calls_fd), inline_limit, pool_bytes, smallest, growth)
+    Stub(calls, calls.sibling(socket.socket(fileno=services_fd))).run()
 
 
 if __name__ == "__main__":

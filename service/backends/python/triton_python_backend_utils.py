@@ -91,7 +91,9 @@ class InferenceResponse:
         self._outputs = list(output_tensors or [])
         self._error = error
         self._parameters = (
-            parameters if isinstance(parameters, str) else json.dumps(parameters or {})
+            parameters
+            if isinstance(parameters, str)
+            else (json.dumps(parameters) if parameters else "{}")
         )
 
     def output_tensors(self) -> list[Tensor]:
@@ -185,6 +187,8 @@ class PreferredMemory:
         self.preferred_memory_type = preferred_memory_type
         self.preferred_device_id = preferred_device_id
 
+
+_NO_PREFERENCE = PreferredMemory()  # what a received request reports (it never changes)
 
 #: Runs a BLS request: (request, decoupled) -> a response, or an iterator of responses.
 #: The worker sets it while ``execute`` may run (after ``initialize``, before
@@ -318,6 +322,41 @@ class InferenceRequest:
         self._parameters = _bls_parameters(parameters)
         self._sender = sender
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    @classmethod
+    def _received(
+        cls,
+        inputs: list[Tensor],
+        request_id: str,
+        correlation_id: int | str,
+        requested_output_names: list[str],
+        flags: int,
+        parameters: str,
+        timeout: int,
+        trace: InferenceTrace,
+        sender: InferenceResponseSender,
+    ) -> InferenceRequest:
+        """A request from the server, as the worker builds it for ``execute``: the values
+        are the server's, already checked, so none of the constructor's checks run."""
+        request = cls.__new__(cls)
+        request._inputs = inputs
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._requested = (
+            list(dict.fromkeys(requested_output_names))
+            if len(requested_output_names) > 1
+            else requested_output_names
+        )
+        request._model_name = ""
+        request._model_version = -1
+        request._flags = flags
+        request._timeout = timeout
+        request._preferred_memory = _NO_PREFERENCE
+        request._trace = trace
+        request._parameters = parameters
+        request._sender = sender
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return request
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -1,24 +1,27 @@
 """The server's handle on one worker process: spawn, control calls, a reader thread, reaping.
 
-The worker is started by ``spawn_worker`` (a fresh interpreter, one end of a socketpair).
-Replies to control calls (load, initialize, finalize) are handed to the caller waiting in
-``call``; everything else (responses, "executed", cancellation queries) goes to the
-``on_message`` callback, on the reader thread. When the worker dies the reader reaps it and
-calls ``on_exit`` with a description of how it ended.
+The worker is started by ``spawn_linked`` (a fresh interpreter, two socketpairs). On the
+calls link the server sends commands (load, initialize, execute, finalize) and the thread
+that sent one reads its answer itself (``call``, ``recv_call``): no other thread wakes for
+it. The services link carries everything else (BLS, model control, metrics,
+cancellation queries, a decoupled model's responses), read by the reader thread, which
+hands each message to ``on_message``. When the worker dies the reader reaps it and calls
+``on_exit`` with a description of how it ended.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import select
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..spawn import describe_exit, spawn_worker
+from ..spawn import describe_exit, spawn_linked
 from .protocol import Channel, ChannelClosed
 from .shm import MIN_REGION
 
@@ -50,17 +53,21 @@ class WorkerProcess:
         of two), in both directions."""
         self._on_message = on_message
         self._on_exit = on_exit
-        self._replies: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._exit_reason = ""
-        self.process, ours = spawn_worker(
+        self._calls_lock = threading.Lock()  # one reader of the calls link at a time
+        self.process, (calls, services) = spawn_linked(
             "service.backends.python.stub",
+            2,
             str(inline_limit),
             str(pool_bytes),
             *(str(r) for r in regions),
             python=python,
         )
         self.pid = self.process.pid
-        self.channel = Channel(ours, inline_limit, pool_bytes, *regions)
+        self.calls = Channel(calls, inline_limit, pool_bytes, *regions)
+        self.channel = self.calls.sibling(services)
+        self._calls_poll = select.poll()  # select() fails past 1,024 descriptors
+        self._calls_poll.register(calls, select.POLLIN)
         self._reader = threading.Thread(
             target=self._read, name=f"python-worker-{self.pid}", daemon=True
         )
@@ -71,24 +78,66 @@ class WorkerProcess:
         return self._reader.is_alive()
 
     def send(self, message: tuple[Any, ...], fd: int | None = None) -> None:
+        """On the services link (answers to the worker's own calls)."""
         self.channel.send(message, fd)
 
+    def send_call(self, message: tuple[Any, ...], fd: int | None = None) -> None:
+        """A command on the calls link; its sender reads the answer (``recv_call``)."""
+        self.calls.send(message, fd)
+
     def call(self, message: tuple[Any, ...] | None, expect: str, timeout: float | None) -> Any:
-        """Send a control message (None: only wait) and return the reply's fields."""
-        if message is not None:
-            with contextlib.suppress(OSError):  # the reader reports the exit below
-                self.send(message)
+        """Send a control message (None: only wait) and return the reply's fields.
+        Anything else read meanwhile (a late response) goes to ``on_message``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._calls_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"no '{expect}' reply within {timeout:g} s")
         try:
-            reply = self._replies.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no '{expect}' reply within {timeout:g} s") from None
-        if reply is None:
-            raise WorkerDied(f"the worker process {self._exit_reason}")
-        if reply[0] == "failed":
-            raise RuntimeError(reply[1])
-        if reply[0] != expect:
-            raise RuntimeError(f"unexpected reply '{reply[0]}' from the worker, wanted '{expect}'")
-        return reply[1:]
+            if message is not None:
+                with contextlib.suppress(OSError):  # the reply's wait reports the exit
+                    self.send_call(message)
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no '{expect}' reply within {timeout:g} s")
+                try:
+                    received = self._recv_call_locked(left)
+                except (ChannelClosed, OSError):
+                    self.join()
+                    raise WorkerDied(f"the worker process {self._exit_reason}") from None
+                if received is None:
+                    continue
+                reply, fd = received
+                if reply[0] not in _CONTROL_REPLIES:
+                    self._on_message(reply, fd)
+                    continue
+                if reply[0] == "failed":
+                    raise RuntimeError(reply[1])
+                if reply[0] != expect:
+                    raise RuntimeError(
+                        f"unexpected reply '{reply[0]}' from the worker, wanted '{expect}'"
+                    )
+                return reply[1:]
+        finally:
+            self._calls_lock.release()
+
+    def recv_call(self, timeout: float | None) -> tuple[tuple[Any, ...], int | None] | None:
+        """The next message on the calls link, or None after ``timeout`` (at most a
+        second, so that a worker gone while its socket is held open is noticed). Raises
+        ChannelClosed (or OSError) once the worker is gone."""
+        with self._calls_lock:
+            return self._recv_call_locked(timeout)
+
+    def _recv_call_locked(self, timeout: float | None) -> tuple[tuple[Any, ...], int | None] | None:
+        calls = self.calls
+        if calls.sock.fileno() < 0:
+            raise ChannelClosed("the worker is gone")
+        if not calls.pending():
+            wait = 1000 if timeout is None else max(0, min(int(timeout * 1000) + 1, 1000))
+            if not self._calls_poll.poll(wait):
+                if not self.alive:
+                    raise ChannelClosed("the worker is gone")
+                return None
+        return calls.recv()
 
     def kill(self) -> None:
         """SIGKILL the worker and wait until the reader has reported its end."""
@@ -109,8 +158,10 @@ class WorkerProcess:
         self.kill()
 
     def join(self) -> None:
+        """Until the reader has reported the worker's end; then the calls link closes."""
         if threading.current_thread() is not self._reader:
             self._reader.join()
+            self.calls.sock.close()
 
     def _read(self) -> None:
         try:
@@ -118,23 +169,23 @@ class WorkerProcess:
                 if not self._wait_readable():
                     break
                 message, fd = self.channel.recv()
-                if message[0] in _CONTROL_REPLIES:
-                    self._replies.put(message)
-                else:
-                    self._on_message(message, fd)
+                self._on_message(message, fd)
         except (ChannelClosed, OSError):
             pass
         except Exception:
             log.exception("python worker %d: reader failed", self.pid)
         self._exit_reason = self._reap()
         self.channel.close()
-        self._replies.put(None)
+        with contextlib.suppress(OSError):  # whoever reads the calls link sees its end
+            self.calls.sock.shutdown(socket.SHUT_RDWR)
         self._on_exit(self._exit_reason)
 
     def _wait_readable(self) -> bool:
         """Block until a message starts; False once the process is gone but the socket is
         still held open (a model that forked children keeps a copy of the worker's end)."""
         while True:
+            if self.channel.pending():
+                return True
             ready, _, _ = select.select([self.channel.sock], [], [], 1.0)
             if ready:
                 return True
