@@ -170,12 +170,15 @@ def run_window(
     )  # fmt: skip
 
 
-def profile(pid: int, seconds: float, out: Path) -> bool:
-    """py-spy's native raw profile of ``pid`` into ``out``; False when py-spy is missing."""
+def profile(pid: int, seconds: float, out: Path, gil: bool = False) -> bool:
+    """py-spy's native raw profile of ``pid`` into ``out``; False when py-spy is missing.
+    ``gil``: only the thread holding the GIL, Python frames (what the interpreter runs,
+    never a thread blocked in a system call)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         return False
-    command_line = [spy, "record", "--native", "-p", str(pid), "-d", str(max(1, round(seconds)))]
+    mode = "--gil" if gil else "--native"
+    command_line = [spy, "record", mode, "-p", str(pid), "-d", str(max(1, round(seconds)))]
     command_line += ["-r", "250", "-f", "raw", "-o", str(out)]
     done = subprocess.run(command_line, capture_output=True, text=True, timeout=seconds + 60)
     return done.returncode == 0 and out.exists()
@@ -196,8 +199,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         gateway = GatewayProcess(server.url).start(timeout=60)
         windows = _rounds(server, gateway, workloads, bodies, args)
         profiles = _profiles(
-            server, gateway, workloads, bodies, windows, args.profile, tmp, args.profile_kind
-        )
+            server, gateway, workloads, bodies, windows, args.profile, tmp,
+            args.profile_kind, args.profile_gil,
+        )  # fmt: skip
         gateway.stop(timeout=30)
     finally:
         if gateway is not None and gateway.running:
@@ -228,7 +232,7 @@ def _rounds(
 def _profiles(
     server: ServerProcess, gateway: GatewayProcess, workloads: Sequence[Workload],
     bodies: Mapping[str, Path], windows: Mapping[str, list[Window]], seconds: float, tmp: Path,
-    role: str = "hottest",
+    role: str = "hottest", gil: bool = False,
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Each workload's costliest process (or busiest of kind ``role``) under py-spy while
     h2load drives it."""
@@ -244,12 +248,13 @@ def _profiles(
         pid, kind = hottest.hottest_pid, hottest.hottest_kind
         if role != "hottest":  # the busiest process of that kind instead
             pid, kind = _busiest(server, gateway, role), role
-        ok = profile(pid, seconds, raw)
+        ok = profile(pid, seconds, raw, gil)
         load.wait(timeout=seconds + 90)
         if ok:
             with open(raw, encoding="utf-8", errors="replace") as lines:
                 parsed = parse_raw(lines)
-            profiles[work.key] = {"kind": kind, "lines": summary_lines(parsed)}
+            mode = "--gil" if gil else "--native"
+            profiles[work.key] = {"kind": kind, "mode": mode, "lines": summary_lines(parsed)}
     return profiles
 
 
@@ -327,7 +332,8 @@ def report(args: argparse.Namespace, argv: Sequence[str], data: Mapping[str, Any
     lines += ["", "Workloads:", ""]
     lines += [f"- `{w.key}`: {w.title}" for w in workloads]
     for key, prof in data["profiles"].items():
-        lines += ["", f"## Profile: `{key}`, the {prof['kind']} process (py-spy --native)", ""]
+        mode = prof.get("mode", "--native")
+        lines += ["", f"## Profile: `{key}`, the {prof['kind']} process (py-spy {mode})", ""]
         lines += prof["lines"]
     if data["profiles"]:
         lines += [
@@ -360,6 +366,11 @@ class CostBudget(Scenario):
             default="hottest",
             choices=["hottest", "frontend", "engine", "python_worker", "gateway"],
             help="which process --profile samples (default: the costliest)",
+        )
+        parser.add_argument(
+            "--profile-gil",
+            action="store_true",
+            help="sample only the thread holding the GIL (Python frames, no blocked threads)",
         )
         parser.add_argument("--out", type=Path, default=None)
 
