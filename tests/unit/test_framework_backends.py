@@ -82,3 +82,11 @@ def test_report_divides_served_by_in_process_and_compares_tiny_costs() -> None:
     assert "| 0.95 | yes |" in onnx_row
     assert "| 0.50 | **no** |" in torch_row
     assert "| vs ONNX Runtime | 1.00 | 1.50 |" in text
+
+
+def test_bound_leaves_out_the_tiny_models_own_execution() -> None:
+    """The serving cost is the tiny model's CPU per request less its instance threads."""
+    roles = {"engine instance threads": 200.0, "engine loop": 400.0}
+    tiny = fb.Served("tiny_x", 8, 2000.0, 1.0, 600.0, roles, 1000, 1000, 0.0)
+    assert fb.bound(2, 1000.0, tiny) == pytest.approx(2 / (2 + 1000 * 400e-6))
+    assert fb.bound(16, 1000.0, tiny) > fb.bound(2, 1000.0, tiny)  # more cores, less bound
