@@ -257,6 +257,20 @@ def report(args: argparse.Namespace, argv: Sequence[str], data: Mapping[str, Any
             fmt(s.us_per_request, 0), fmt(s.others_cores, 2),
         ])  # fmt: skip
     lines += table(head, rows, "lrrrrrlrrr")
+    above = [
+        LABELS[b]
+        for b in backends
+        if served[f"mlp_{b}"].req_s / in_process[b]["samples_per_s"]
+        > bound(cores, in_process[b]["samples_per_s"], served[f"tiny_{b}"])
+    ]
+    if above:
+        lines += [
+            "",
+            f"Above its bound: {', '.join(above)}. Served and in-process ran in different "
+            "seconds; a neighbour that took the cores during the in-process run makes the "
+            "ratio look better than it is (the bound, from the same in-process figure, is then "
+            "too low as well).",
+        ]
     lines += [
         "",
         f"On {cores} cores the serving itself (gRPC in, batching, the frontends and the engine, "

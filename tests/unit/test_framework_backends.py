@@ -62,7 +62,10 @@ def _served(model: str, req_s: float, us: float) -> fb.Served:
     return fb.Served(model, 16, req_s, 8.0, us, roles, 1000, 1000, 0.1)
 
 
-def test_report_divides_served_by_in_process_and_compares_tiny_costs() -> None:
+def test_report_divides_served_by_in_process_and_compares_tiny_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fb.os, "cpu_count", lambda: 2)
     args = parse(fb.FrameworkBackends, [])
     assert (args.concurrency, args.rounds, args.tiny_concurrency) == (16, 2, 8)
     served = {
@@ -82,6 +85,9 @@ def test_report_divides_served_by_in_process_and_compares_tiny_costs() -> None:
     assert "| 0.95 | yes |" in onnx_row
     assert "| 0.50 | **no** |" in torch_row
     assert "| vs ONNX Runtime | 1.00 | 1.50 |" in text
+    # ONNX: 0.95 served / in-process against 2 / (2 + 1000 x 600 µs) = 0.77: flagged
+    assert "| 0.77 |" in onnx_row
+    assert "Above its bound: ONNX Runtime." in text
 
 
 def test_bound_leaves_out_the_tiny_models_own_execution() -> None:
