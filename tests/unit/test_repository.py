@@ -575,6 +575,33 @@ def test_config_override_that_is_not_a_model_config() -> None:
     )
 
 
+def test_config_override_takes_a_lone_value_of_a_repeated_field_as_a_list() -> None:
+    """As protobuf's C++ JSON parser (Triton's): L0_lifecycle's
+    test_concurrent_model_instance_load_sanity sends instance_group as one object."""
+    text = (
+        '{"instance_group": {"kind": "KIND_CPU", "count": 5}, "max_batch_size": 0,'
+        ' "sequence_batching": {"direct": {}, "control_input": {"name": "START"}},'
+        ' "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1, 16]}],'
+        ' "parameters": {"k": {"string_value": "v"}}}'
+    )
+    config = config_override("m", text)
+    groups = [(g.kind, g.count) for g in config.instance_group]
+    assert groups == [(mc.ModelInstanceGroup.KIND_CPU, 5)]
+    assert [c.name for c in config.sequence_batching.control_input] == ["START"]
+    assert list(config.input[0].dims) == [-1, 16]
+    assert config.parameters["k"].string_value == "v"
+
+
+def test_config_override_lone_value_of_the_wrong_kind_keeps_the_first_error() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        config_override("m", '{"instance_group": 3}')
+    assert info.value.message == (
+        "failed to load 'm': parameter 'config' is not a valid ModelConfig: Failed to parse "
+        "instance_group field: repeated field instance_group must be in [] which is 3 at "
+        "ModelConfig."
+    )
+
+
 def test_file_contents_keeps_the_file_parameters_by_their_path() -> None:
     given = {"file:1/model.py": b"x", "config": b"{}", "file:2/a/b.txt": b"y"}
     assert file_contents(given) == {"1/model.py": b"x", "2/a/b.txt": b"y"}
