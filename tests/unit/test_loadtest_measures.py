@@ -108,7 +108,7 @@ class _Sample:
 
 class _Server:
     def __init__(self, label: str, cpu: dict[str, float], p50: list[float]) -> None:
-        self.label, self.p50_ms = label, p50
+        self.label, self.p50_ms, self.p50_rest_ms = label, p50, []
         self.samples = {key: [_Sample(value)] for key, value in cpu.items()}
 
 
