@@ -12,7 +12,7 @@ p50 with perf_analyzer over gRPC and REST (ours through its gateway). loadtest/R
     .venv/bin/python -m loadtest cpu-bench --quick --only add_sub --threads   # smoke run
     .venv/bin/python -m loadtest cpu-bench --floors --only add_sub   # + the floors under ours
     .venv/bin/python -m loadtest cpu-bench --triton --perf-analyzer --frontends 2   # ~8 min
-    .venv/bin/python -m loadtest cpu-bench --triton --mlserver --perf-analyzer   # ~15 min
+    .venv/bin/python -m loadtest cpu-bench --triton --mlserver --perf-analyzer   # ~20 min
 """
 
 from __future__ import annotations
