@@ -16,8 +16,9 @@ from typing import Any
 
 from inference import grpc_service_pb2 as pb
 from wire import raw_fields
+from wire.raw_fields import SplitMessage
 
-__all__ = ["SPLIT_MIN_BYTES", "RawInferRequest", "SplitInferResponse", "split_response"]
+__all__ = ["SPLIT_MIN_BYTES", "RawInferRequest", "split_response"]
 
 #: Answers at least this large have their raw outputs read in place.
 SPLIT_MIN_BYTES = 256 << 10
@@ -48,29 +49,7 @@ class RawInferRequest:
         return full
 
 
-class SplitInferResponse:
-    """A ModelInferResponse whose ``raw_output_contents`` are views of the answer's bytes;
-    every other attribute is the parsed message's."""
-
-    __slots__ = ("_message", "raw_output_contents")
-
-    def __init__(self, message: pb.ModelInferResponse, raw: list[memoryview]) -> None:
-        self._message = message
-        self.raw_output_contents = raw
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._message, name)
-
-
-def split_response(data: memoryview) -> SplitInferResponse | None:
-    """A large answer with its raw outputs in place; None when it does not walk (protobuf
-    then parses it, or says why not)."""
-    found = raw_fields.split(data, raw_fields.RAW_OUTPUT_FIELD)
-    if found is None:
-        return None
-    head, raw = found
-    try:
-        message = pb.ModelInferResponse.FromString(head)
-    except Exception:  # a field protobuf refuses
-        return None
-    return SplitInferResponse(message, raw)
+def split_response(data: memoryview) -> SplitMessage[pb.ModelInferResponse] | None:
+    """A large answer whose ``raw_output_contents`` are views of ``data``; None when it
+    does not walk (protobuf then parses it, or says why not)."""
+    return raw_fields.split_message(data, pb.ModelInferResponse, raw_fields.RAW_OUTPUT_FIELD)

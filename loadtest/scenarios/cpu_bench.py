@@ -4,12 +4,15 @@ The bare servicer (asyncio's loop and uvloop), ours, and ours as of each ``--bas
 side by side on loopback under h2load (the Python load generator without it, said so):
 the server tree's CPU over a window / the successes it counted; rounds alternate the
 servers; then p50 at concurrency 1. ``--triton`` adds the real Triton 2.51 (issue 25),
-``--perf-analyzer`` takes p50 with perf_analyzer. loadtest/README.md, "Server CPU per request".
+``--mlserver`` MLServer 1.7.1 (issue 37, ``loadtest/mlserver.py``), ``--perf-analyzer`` takes
+p50 with perf_analyzer over gRPC and REST (ours through its gateway). loadtest/README.md,
+"Server CPU per request".
 
     .venv/bin/python -m loadtest cpu-bench --baseline-ref main   # ~5 min; results/cpu_bench.md
     .venv/bin/python -m loadtest cpu-bench --quick --only add_sub --threads   # smoke run
     .venv/bin/python -m loadtest cpu-bench --floors --only add_sub   # + the floors under ours
     .venv/bin/python -m loadtest cpu-bench --triton --perf-analyzer --frontends 2   # ~8 min
+    .venv/bin/python -m loadtest cpu-bench --triton --mlserver --perf-analyzer   # ~20 min
 """
 
 from __future__ import annotations
@@ -24,18 +27,19 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gateway_process import GatewayProcess
 from models import add_sub_model
 from server_process import LoggedProcess, ServerProcess
 
 from inference import grpc_service_pb2 as pb
-from loadtest import REPO_ROOT, RESULTS
+from loadtest import REPO_ROOT, RESULTS, mlserver
 from loadtest.h2grpc import INSTALL_HINT, answered, grpc_body, h2load, have_h2load, model_successes
 from loadtest.loadgen import LoadSpec, infer_request, run_load
 from loadtest.metrics import thread_cpu_seconds, tree_cpu_seconds
@@ -111,6 +115,15 @@ TRITON = """`Triton` is the real Triton 2.51 (`start_triton.sh` of `../shared/tr
 python backend only, metrics off) serving the same configs as Python models (add_sub and
 `simple`: the tests' add_sub model.py); ours serves them as ONNX models and identity by its
 built-in backend, metrics off as Triton's; one instance each."""
+MLSERVER = f"""`MLServer` is MLServer {mlserver.VERSION} (`loadtest/mlserver.py`, its own virtual
+environment) serving every workload by a custom runtime in numpy (`loadtest/mlserver_runtime.py`:
+add/sub, identity) over its V2 gRPC endpoint, driven by the same client and request bytes;
+its settings are its defaults but `debug` and metrics off; add_sub_batch by its adaptive
+batching (max_batch_size 8, max_batch_time 0.5 ms: it batches nothing at 0); successes are
+the runtime's own count (MLServer has no ModelStatistics)."""
+RIVALS = ("Triton", "MLServer")  # the other servers, rated by req/s beside ours
+# perf_analyzer reads ModelConfig, which neither the bare servicer nor MLServer serves.
+NO_PERF_ANALYZER = ("bare", "MLServer")
 
 
 @dataclass
@@ -128,6 +141,10 @@ class Server:
     process: LoggedProcess
     samples: dict[str, list[Sample]] = field(default_factory=dict)
     p50_ms: list[float] = field(default_factory=list)
+    # (url, model) -> the successes the server counted so far (ModelStatistics where it has it)
+    successes: Callable[[str, str], int] = model_successes
+    http_url: str = ""  # its REST endpoint, for perf_analyzer -i http
+    p50_rest_ms: list[float] = field(default_factory=list)
 
 
 def measure(server: Server, work: Workload, body: Path | None, seconds: float) -> Sample:
@@ -143,12 +160,12 @@ def measure(server: Server, work: Workload, body: Path | None, seconds: float) -
 
     run(min(2.0, seconds / 2))  # warm-up: connections, caches, the model's first runs
     pid, url = server.process.pid, server.process.url
-    count0, cpu0 = model_successes(url, work.model), tree_cpu_seconds(pid) or 0.0
+    count0, cpu0 = server.successes(url, work.model), tree_cpu_seconds(pid) or 0.0
     threads0, start = thread_cpu_seconds(pid), time.perf_counter()
     client_count = run(seconds)
     elapsed = time.perf_counter() - start
     cpu1, threads1 = tree_cpu_seconds(pid) or 0.0, thread_cpu_seconds(pid)
-    counted = model_successes(url, work.model) - count0
+    counted = server.successes(url, work.model) - count0
     if not counted:
         return Sample(float("nan"), 0.0, client_count, 0)
 
@@ -176,7 +193,8 @@ def baseline_tree(ref: str) -> Iterator[Path]:
 
 def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> list[Server]:
     """bare (asyncio: the yardstick), ours (``--frontends``: all its processes counted),
-    bare on uvloop, the floors when asked, and ours as of each ``--baseline-ref``."""
+    bare on uvloop, the floors when asked, and ours as of each ``--baseline-ref``; Triton
+    and MLServer after ours when asked; with ``--perf-analyzer`` our REST gateway too."""
     bares = {"bare": [], "bare+uvloop": ["--uvloop"]}
     if args.floors:
         bares.update({label: ["--uvloop", *flags] for label, (flags, _) in FLOORS.items()})
@@ -188,9 +206,17 @@ def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> lis
         1, Server(f"ours{f' --frontends {args.frontends}' * bool(args.frontends)}", ours)
     )
     if args.triton:
-        ports = [f"--{kind}-port={free_port()}" for kind in ("grpc", "http")]
-        theirs = [str(args.triton), "--model-repository", str(python_copy(repo)), *ports]
-        servers.insert(2, Server("Triton", LoggedProcess(theirs)))
+        grpc_port, http_port = free_port(), free_port()
+        theirs = [str(args.triton), "--model-repository", str(python_copy(repo))]
+        theirs += [f"--grpc-port={grpc_port}", f"--http-port={http_port}"]
+        triton = Server("Triton", LoggedProcess(theirs), http_url=f"127.0.0.1:{http_port}")
+        servers.insert(2, triton)
+    for at, workers in enumerate(args.mlserver_workers if args.mlserver else ()):
+        root = mlserver_copy(repo.parent / f"mlserver{workers}", workers)
+        process = mlserver.MLServerProcess(mlserver.ensure_venv(), root, free_port(), free_port())
+        label = "MLServer" if workers == 1 else f"MLServer workers={workers}"  # 1: its default
+        theirs_too = Server(label, process, successes=mlserver.successes)
+        servers.insert(2 + bool(args.triton) + at, theirs_too)
     for ref in args.baseline_ref:
         tree = stack.enter_context(baseline_tree(ref))
         # Its own packages first (generated protos included), this environment's libraries.
@@ -209,7 +235,24 @@ def start_servers(stack: ExitStack, repo: Path, args: argparse.Namespace) -> lis
     for server in servers:
         stack.callback(server.process.stop)
         server.process.start(timeout=90)
+    if args.perf_analyzer:  # REST: perf_analyzer through our gateway, as serve.sh runs it
+        gateway = GatewayProcess(servers[1].process.url)
+        stack.callback(gateway.stop)
+        servers[1].http_url = gateway.start().url
     return servers
+
+
+def mlserver_copy(root: Path, workers: int) -> Path:
+    """Our repository's workloads for MLServer: add_sub (and its Python-model twin) and
+    identity by the numpy runtimes, add_sub_batch with adaptive batching."""
+    batched = {"max_batch_size": 8, "max_batch_time": 0.0005}
+    models = {
+        "add_sub": mlserver.runtime("AddSub"),
+        "add_sub_batch": mlserver.runtime("AddSub", **batched),
+        "add_sub_py": mlserver.runtime("AddSub"),
+        "identity_1m": mlserver.runtime("Identity"),
+    }
+    return mlserver.repository(root, models, workers)
 
 
 def python_add_sub(repo: Path, name: str) -> None:
@@ -243,18 +286,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def p50_ms(server: Server, args: argparse.Namespace) -> float:
+def p50_ms(server: Server, args: argparse.Namespace, protocol: str = "grpc") -> float:
     """add_sub's p50 at c=1 with the Python load generator, or with ``--perf-analyzer``
-    ``simple``'s over gRPC; that loads libcudart from its own environment. ``-s 1000``: no
-    shared machine is "stable" by perf_analyzer's 10 %."""
+    ``simple``'s over ``protocol`` (grpc, http: the server's ``http_url``); that loads
+    libcudart from its own environment. ``-s 1000``: no shared machine is "stable" by
+    perf_analyzer's 10 %."""
     if not args.perf_analyzer:
         spec = LoadSpec(server.process.url, "add_sub", 1, args.latency_seconds, 1.0)
         result = asyncio.run(run_load(replace(spec, max_requests=10**6), LATENCY.request()))
         return result.latency_ms["p50"]
-    exe = args.perf_analyzer
+    exe, url = args.perf_analyzer, server.http_url if protocol == "http" else server.process.url
     libs = [str(p) for p in exe.parent.parent.glob("lib/python*/site-packages/nvidia/*/lib")]
     command = [
-        *(str(exe), "-m", "simple", "-i", "grpc", "-u", server.process.url, "-s", "1000"),
+        *(str(exe), "-m", "simple", "-i", protocol, "-u", url, "-s", "1000"),
         *("--concurrency-range", "1", "--percentile=50", "-r", "3"),
         *("--measurement-interval", str(round(args.latency_seconds * 1e3))),
     ]  # fmt: skip
@@ -302,10 +346,14 @@ def measure_all(args: argparse.Namespace) -> tuple[list[Server], list[Workload],
             if args.only and "latency" not in args.only:
                 continue
             for server in order:
-                if args.perf_analyzer and server.label.startswith("bare"):
-                    continue  # the bare servicer has no ModelMetadata for perf_analyzer
+                if args.perf_analyzer and server.label.startswith(NO_PERF_ANALYZER):
+                    continue
                 server.p50_ms.append(p50_ms(server, args))
                 print(f"round {index + 1} {server.label:>12} p50 {server.p50_ms[-1]:.3f} ms")
+                if args.perf_analyzer and server.http_url:
+                    server.p50_rest_ms.append(p50_ms(server, args, "http"))
+                    rest = server.p50_rest_ms[-1]
+                    print(f"round {index + 1} {server.label:>12} p50 REST {rest:.3f} ms")
     return servers, workloads, client
 
 
@@ -318,16 +366,21 @@ def _rate(server: Any, key: str) -> float:
 
 
 def _table(servers: Sequence[Any], workloads: Sequence[Workload]) -> list[str]:
+    """CPU per request of every server; req/s of bare, ours and the other servers
+    (``RIVALS``), with ours / each of those."""
     bare, ours, *others = servers
-    rated = [bare, ours, *(o for o in others if o.label == "Triton")]
+    rivals = [o for o in others if o.label.startswith(RIVALS)]
+    rated = [bare, ours, *rivals]
     head = ["workload", "concurrency", "bare µs/req", "ours µs/req", "ours / bare"]
     head += [f"{o.label} µs/req" for o in others] + [f"{r.label} req/s" for r in rated]
+    head += [f"ours / {r.label} req/s" for r in rivals]
     rows = []
     for work in workloads:
         cpu = [f"{_cpu(s, work.key):.0f}" for s in servers]  # bare, ours, then the others
         ratio = f"{_cpu(ours, work.key) / _cpu(bare, work.key):.2f}"
         rates = [f"{_rate(r, work.key):.0f}" for r in rated]
-        rows.append([work.title, work.concurrency, *cpu[:2], ratio, *cpu[2:], *rates])
+        against = [f"{_rate(ours, work.key) / _rate(r, work.key):.2f}" for r in rivals]
+        rows.append([work.title, work.concurrency, *cpu[:2], ratio, *cpu[2:], *rates, *against])
     return table(head, rows, "l" + "r" * (len(head) - 1))
 
 
@@ -365,19 +418,25 @@ def _targets(servers: Sequence[Any], measured: set[str], p50_of: str = "add_sub"
             ("add_sub_py", "add_sub model.py as a Python model c=8 req/s", 0.8),
         ):
             rows.append(ratio(key, title, bound, triton, _rate))
-    for other in others:
-        if other.label.startswith("bare") or not (ours.p50_ms and other.p50_ms):
+    for other in others:  # p50: baselines within 0.1 ms; Triton (issue 25); MLServer: none
+        if other.label.startswith(("bare", "MLServer")) or not (ours.p50_ms and other.p50_ms):
             continue
-        mine, theirs = median(ours.p50_ms), median(other.p50_ms)
-        wanted, bound = f"≤ {other.label} + 0.1 ms", theirs + 0.1
-        if other.label == "Triton":  # issue 25
-            wanted, bound = "≤ 1.5 x Triton", 1.5 * theirs
-        rows.append(
-            (
-                f"{p50_of} p50 at c=1: ours vs {other.label} (ms)", f"{mine:.3f} vs {theirs:.3f}",
-                wanted, mine <= bound, set(),
-            )
-        )  # fmt: skip
+        pairs = [("", ours.p50_ms, other.p50_ms)]
+        if other.label == "Triton":  # issue 37: over REST as well
+            pairs.append((" over REST", ours.p50_rest_ms, other.p50_rest_ms))
+        for over, mine_ms, theirs_ms in pairs:
+            if not (mine_ms and theirs_ms):
+                continue
+            mine, theirs = median(mine_ms), median(theirs_ms)
+            wanted, bound = f"≤ {other.label} + 0.1 ms", theirs + 0.1
+            if other.label == "Triton":
+                wanted, bound = "≤ 1.5 x Triton", 1.5 * theirs
+            rows.append(
+                (
+                    f"{p50_of} p50 at c=1{over}: ours vs {other.label} (ms)",
+                    f"{mine:.3f} vs {theirs:.3f}", wanted, mine <= bound, set(),
+                )
+            )  # fmt: skip
     cells = [(n, v, w, "yes" if ok else "NO") for n, v, w, ok, needs in rows if needs <= measured]
     return table(["target", "measured", "wanted", "met"], cells, "lrlc")
 
@@ -420,6 +479,33 @@ def _threads(servers: Sequence[Any], workloads: Sequence[Workload]) -> list[str]
     return table(head, cells, "lllrr")
 
 
+def _latency(servers: Sequence[Any], args: argparse.Namespace, p50_of: str) -> list[str]:
+    """p50 at c=1 per server: gRPC, and REST where perf_analyzer measured it (ours through
+    its gateway, Triton on its HTTP port), with ours / it."""
+    tool = "perf_analyzer" if args.perf_analyzer else "Python grpc.aio client"
+    ours = servers[1]
+
+    def cells(mine: list[float], theirs: list[float]) -> list[str]:
+        if not theirs:
+            return ["", ""]
+        ratio = f"{median(mine) / median(theirs):.2f}" if mine else ""
+        return [f"{median(theirs):.3f}", ratio]
+
+    rows = [
+        [s.label, *cells(ours.p50_ms, s.p50_ms), *cells(ours.p50_rest_ms, s.p50_rest_ms)]
+        for s in servers
+        if s.p50_ms
+    ]
+    head = ["server", "gRPC p50 (ms)", "ours / it", "REST p50 (ms)", "ours / it"]
+    if not any(s.p50_rest_ms for s in servers):
+        head, rows = head[:3], [r[:3] for r in rows]
+    return [
+        f"## Latency ({tool}, closed loop, {p50_of}, concurrency 1)",
+        "",
+        *table(head, rows, "l" + "r" * (len(head) - 1)),
+    ]
+
+
 def render(
     servers: Sequence[Any], workloads: Sequence[Workload], args: argparse.Namespace, client: str
 ) -> str:
@@ -446,13 +532,10 @@ def render(
         "",
         *_floors(servers),
     ]
-    if args.triton:
-        lines[7:7] = [TRITON, ""]
+    others = [(TRITON, args.triton), (MLSERVER, args.mlserver)]
+    lines[7:7] = [line for text, asked in others if asked for line in (text, "")]
     if any(s.p50_ms for s in servers):  # measured unless --only left it out
-        tool = "perf_analyzer over gRPC" if args.perf_analyzer else "Python grpc.aio client"
-        lines += [f"## Latency ({tool}, closed loop, {p50_of}, concurrency 1)", ""]
-        p50s = [(s.label, f"{median(s.p50_ms):.3f}") for s in servers if s.p50_ms]
-        lines += [*table(["server", "p50 at c=1 (ms)"], p50s, "lr"), ""]
+        lines += [*_latency(servers, args, p50_of), ""]
     lines += ["## Every round (µs/req)", ""]
     for s in servers:
         lines += [f"- {s.label}, {k}: " + ", ".join(f"{x.cpu_us:.0f}" for x in xs)
@@ -492,7 +575,19 @@ class CpuBench(Scenario):
         p.add_argument("--threads", action="store_true", help="report CPU per thread too")
         path = {"type": Path, "nargs": "?", "metavar": "PATH"}  # the flag alone: the default
         p.add_argument("--triton", **path, const=REFERENCE, help="also the real Triton 2.51")
-        p.add_argument("--perf-analyzer", **path, const=PERF_ANALYZER, help="p50 on simple by it")
+        p.add_argument(
+            "--perf-analyzer", **path, const=PERF_ANALYZER,
+            help="p50 on simple by it, gRPC and REST (ours through its gateway)",
+        )  # fmt: skip
+        p.add_argument(
+            "--mlserver", action="store_true",
+            help=f"also MLServer {mlserver.VERSION} (its own venv, made on first use)",
+        )  # fmt: skip
+        p.add_argument(
+            "--mlserver-workers", type=int, nargs="+", default=[1], metavar="N",
+            help="MLServer's parallel_workers, one server each (1: its default, inference in "
+            "a worker process; 0: in its server process)",
+        )  # fmt: skip
         p.add_argument("--out", type=Path, help="report (default results/cpu_bench.md, full runs)")
 
     @staticmethod

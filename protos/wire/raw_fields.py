@@ -7,16 +7,29 @@ milliseconds of memory traffic and page faults. Protobuf lets a repeated field's
 stand anywhere in a message, so a message is equally well the other fields (parsed or
 serialized by protobuf, small) with the raw entries beside them: ``split`` walks a
 message's top-level fields and hands out its raw entries as views of the given bytes;
-``entries`` writes raw entries as parts to send or join after the other fields. The
-service's gRPC frontend and the REST gateway share these (the same messages cross
-between them on the local socket).
+``entries`` writes raw entries as parts to send or join after the other fields;
+``split_message`` makes a ``SplitMessage`` of a received one (a large request in the
+service's gRPC frontend, a large answer in the REST gateway). The frontend and the gateway
+share these (the same messages cross between them on the local socket).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
 
-__all__ = ["RAW_INPUT_FIELD", "RAW_OUTPUT_FIELD", "entries", "entries_size", "split", "varint"]
+from google.protobuf.message import Message
+
+__all__ = [
+    "RAW_INPUT_FIELD",
+    "RAW_OUTPUT_FIELD",
+    "SplitMessage",
+    "entries",
+    "entries_size",
+    "split",
+    "split_message",
+    "varint",
+]
 
 RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
 RAW_OUTPUT_FIELD = 6  # ModelInferResponse.raw_output_contents
@@ -106,3 +119,53 @@ def entries_size(raw: Sequence[Bytes]) -> int:
         size = data.nbytes if isinstance(data, memoryview) else len(data)
         total += 1 + len(varint(size)) + size
     return total
+
+
+M = TypeVar("M", bound=Message)
+
+
+class SplitMessage(Generic[M]):
+    """A received message as protobuf's parse of all but one raw field (``message``,
+    small) and that field's entries as views of the bytes it came in (``raw``). The
+    field's name (``raw_input_contents``, ``raw_output_contents``) reads as the views;
+    every other attribute is the parsed message's, so code written for the protobuf
+    message reads either."""
+
+    __slots__ = ("_raw_name", "field", "message", "raw")
+
+    def __init__(self, message: M, field: int, raw: list[memoryview]) -> None:
+        self.message = message
+        self.field = field
+        self.raw = raw
+        self._raw_name = message.DESCRIPTOR.fields_by_number[field].name
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _OWN:  # a slot not set (a copy under way): no message to ask yet
+            raise AttributeError(name)
+        if name == self._raw_name:
+            return self.raw
+        return getattr(self.message, name)
+
+    def ByteSize(self) -> int:
+        return self.message.ByteSize() + entries_size(self.raw)
+
+    def SerializeToString(self) -> bytes:
+        """The message again (tracing, logging): raw entries after the other fields."""
+        return b"".join([self.message.SerializeToString(), *entries(self.field, self.raw)])
+
+
+_OWN = frozenset(SplitMessage.__slots__)
+
+
+def split_message(data: Bytes, message_class: type[M], field: int) -> SplitMessage[M] | None:
+    """``data`` as a ``message_class`` with field ``field`` split out; None where it does
+    not walk or protobuf refuses the rest (the caller's own parse then says why)."""
+    found = split(data, field)
+    if found is None:
+        return None
+    head, raw = found
+    try:
+        message = message_class.FromString(head)
+    except Exception:  # a field protobuf refuses
+        return None
+    return SplitMessage(message, field, raw)

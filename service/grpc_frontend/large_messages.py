@@ -24,10 +24,10 @@ from google.protobuf.message import Message
 
 from inference import grpc_service_pb2 as pb
 from wire import raw_fields
+from wire.raw_fields import SplitMessage
 
 __all__ = [
     "SPLIT_MIN_BYTES",
-    "SplitInferRequest",
     "WireInferResponse",
     "serialize_infer_response",
     "split_infer_request",
@@ -37,40 +37,10 @@ __all__ = [
 SPLIT_MIN_BYTES = 256 << 10
 
 
-class SplitInferRequest:
-    """A ``ModelInferRequest`` whose ``raw_input_contents`` are views of the bytes it
-    arrived in; every other attribute is the parsed message's."""
-
-    __slots__ = ("_message", "raw_input_contents")
-
-    def __init__(self, message: pb.ModelInferRequest, raw: list[memoryview]) -> None:
-        self._message = message
-        self.raw_input_contents = raw
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._message, name)
-
-    def ByteSize(self) -> int:
-        return self._message.ByteSize() + raw_fields.entries_size(self.raw_input_contents)
-
-    def SerializeToString(self) -> bytes:
-        """The message again (tracing, logging): raw entries after the other fields."""
-        parts = raw_fields.entries(raw_fields.RAW_INPUT_FIELD, self.raw_input_contents)
-        return b"".join([self._message.SerializeToString(), *parts])
-
-
-def split_infer_request(data: bytes) -> SplitInferRequest | None:
-    """``data`` as a split request; None where it does not walk as a well-formed message
-    (protobuf's own parse then gives the refusal)."""
-    found = raw_fields.split(data, raw_fields.RAW_INPUT_FIELD)
-    if found is None:
-        return None
-    head, raw = found
-    try:
-        message = pb.ModelInferRequest.FromString(head)
-    except Exception:  # a field protobuf refuses
-        return None
-    return SplitInferRequest(message, raw)
+def split_infer_request(data: bytes) -> SplitMessage[pb.ModelInferRequest] | None:
+    """``data`` as a request whose ``raw_input_contents`` are views of it; None where it
+    does not walk as a well-formed message (protobuf's own parse then gives the refusal)."""
+    return raw_fields.split_message(data, pb.ModelInferRequest, raw_fields.RAW_INPUT_FIELD)
 
 
 def request_parser(

@@ -15,7 +15,6 @@ from service.grpc_frontend.codec import (
 )
 from service.grpc_frontend.large_messages import (
     SPLIT_MIN_BYTES,
-    SplitInferRequest,
     WireInferResponse,
     request_parser,
     serialize_infer_response,
@@ -23,6 +22,7 @@ from service.grpc_frontend.large_messages import (
 )
 from service.grpc_frontend.registration import Malformed, parser
 from service.types import InferResponse, OutputTensor
+from wire.raw_fields import SplitMessage
 
 BIG = SPLIT_MIN_BYTES  # bytes per tensor: the message is over the split size
 
@@ -43,7 +43,7 @@ def test_a_split_request_reads_as_protobuf_parsed_it() -> None:
     original = _request()
     data = original.SerializeToString()
     split = split_infer_request(data)
-    assert isinstance(split, SplitInferRequest)
+    assert isinstance(split, SplitMessage)
     assert all(type(r) is memoryview for r in split.raw_input_contents)
     assert [bytes(r) for r in split.raw_input_contents] == list(original.raw_input_contents)
     assert split.model_name == "identity" and split.id == "r-7"

@@ -9,6 +9,7 @@ before it summed the process tree.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import metrics
+from loadtest import metrics, mlserver
 from loadtest.loadgen import drive
 from loadtest.scenario import parse
 from loadtest.scenarios import batching, cpu_bench, scaling_bench
@@ -108,7 +109,7 @@ class _Sample:
 
 class _Server:
     def __init__(self, label: str, cpu: dict[str, float], p50: list[float]) -> None:
-        self.label, self.p50_ms = label, p50
+        self.label, self.p50_ms, self.p50_rest_ms = label, p50, []
         self.samples = {key: [_Sample(value)] for key, value in cpu.items()}
 
 
@@ -131,6 +132,39 @@ def test_cpu_targets_keep_only_what_the_run_measured() -> None:
         in lines
     )
     assert not any("identity" in line or "nan" in line for line in lines)
+
+
+def test_rest_p50_gets_its_own_row_against_triton_and_mlserver_none() -> None:
+    """Issue 37: ours within 1.5 x Triton's p50 over gRPC and over REST, each its own row;
+    MLServer is rated by req/s only."""
+    servers = [
+        _Server("bare", {}, []),
+        _Server("ours", {}, [0.6]),
+        _Server("Triton", {}, [0.3]),
+        _Server("MLServer", {}, [1.0]),
+    ]
+    servers[1].p50_rest_ms, servers[2].p50_rest_ms = [0.5], [0.4]
+    lines = cpu_bench._targets(servers, set(), p50_of="simple")
+    assert lines[2:] == [
+        "| simple p50 at c=1: ours vs Triton (ms) | 0.600 vs 0.300 | ≤ 1.5 x Triton | NO |",
+        "| simple p50 at c=1 over REST: ours vs Triton (ms) | 0.500 vs 0.400 | ≤ 1.5 x Triton "
+        "| yes |",
+    ]
+
+
+def test_the_mlserver_folder_turns_off_what_ours_and_triton_run_without(tmp_path: Path) -> None:
+    root = cpu_bench.mlserver_copy(tmp_path / "mls", workers=0)
+    settings = json.loads((root / "settings.json").read_text())
+    assert settings["debug"] is False and settings["metrics_endpoint"] is None
+    assert settings["parallel_workers"] == 0 and settings["host"] == "127.0.0.1"
+    assert (root / "mlserver_runtime.py").read_text() == mlserver.RUNTIME.read_text()
+    models = {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/model-settings.json")}
+    assert set(models) == {"add_sub", "add_sub_batch", "add_sub_py", "identity_1m", "served"}
+    assert all(m["name"] == name for name, m in models.items())
+    assert models["add_sub_batch"]["max_batch_size"] == 8
+    assert models["add_sub_batch"]["max_batch_time"] > 0  # at 0 MLServer batches nothing
+    assert models["identity_1m"]["implementation"] == "mlserver_runtime.Identity"
+    assert models["served"]["implementation"] == "mlserver_runtime.Served"
 
 
 def test_quick_sets_its_values_and_leaves_the_rest() -> None:

@@ -49,6 +49,19 @@ def test_split_finds_the_raw_entries_anywhere_and_keeps_the_rest() -> None:
     assert split.outputs[0].name == "OUT"
 
 
+def test_a_split_answer_is_the_same_message_again() -> None:
+    """The request's split type serves answers too: field 6 reads as the views, size and
+    bytes are protobuf's."""
+    response = pb.ModelInferResponse(model_name="m", id="x")
+    response.outputs.add(name="OUT", datatype="UINT8", shape=[300_000])
+    response.raw_output_contents.append(b"\x02" * 300_000)
+    split = split_response(memoryview(response.SerializeToString()))
+    assert split is not None
+    assert not split.message.raw_output_contents  # protobuf never held the tensor bytes
+    assert split.ByteSize() == response.ByteSize()
+    assert pb.ModelInferResponse.FromString(split.SerializeToString()) == response
+
+
 @pytest.mark.parametrize("cut", [1, 2, 100])
 def test_a_truncated_message_does_not_walk(cut: int) -> None:
     data = RawInferRequest(_request(), [b"abc", bytes(200), bytes(70_000)]).SerializeToString()
