@@ -3,9 +3,10 @@
 As in Triton's core (model_config_utils.cc): ``KIND_AUTO`` becomes ``KIND_GPU`` when the
 backend can use a GPU and every GPU the group lists is present (all supported GPUs when
 it lists none), else ``KIND_CPU``; a ``KIND_GPU`` group without ``gpus`` gets every
-supported GPU; ``count`` instances are made *per listed GPU*, each named
-``<group>_<n>`` like Triton's; a group that asks for a GPU that is not there fails the
-load with Triton's message. The resolved values are written back into the config, so
+supported GPU; a group without ``count`` gets two instances on the CPU for ONNX Runtime
+and TensorFlow, else one (Triton's SetDefaultInstanceCount); ``count`` instances are
+made *per listed GPU*, each named ``<group>_<n>`` like Triton's; a group that asks for a
+GPU that is not there fails the load with Triton's message. The resolved values are written back into the config, so
 ``ModelConfig`` shows what the server chose.
 """
 
@@ -22,6 +23,7 @@ from ..gpus import MIN_COMPUTE_CAPABILITY, inventory
 __all__ = ["instance_specs"]
 
 _GROUP = mc.ModelInstanceGroup
+_TWO_ON_CPU = frozenset({"onnxruntime", "tensorflow"})
 
 
 def _supported_gpus() -> list[int]:
@@ -37,12 +39,15 @@ def _resolve(config: mc.ModelConfig, backend_gpu: bool, gpus: Callable[[], Seque
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
         if group.kind == _GROUP.KIND_AUTO:
             present = set(gpus()) if backend_gpu else set()
             usable = bool(present) and all(g in present for g in group.gpus)
             group.kind = _GROUP.KIND_GPU if usable else _GROUP.KIND_CPU
+        if group.count < 1:
+            # Triton's SetDefaultInstanceCount: two for a CPU group of the backends that
+            # opted in (TensorFlow, ONNX Runtime), else one.
+            cpu_two = group.kind == _GROUP.KIND_CPU and config.backend in _TWO_ON_CPU
+            group.count = 2 if cpu_two else 1
         if group.kind == _GROUP.KIND_GPU and not group.gpus:
             group.gpus.extend(gpus())
         _check(config.name, group, gpus)
