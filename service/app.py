@@ -84,7 +84,10 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await frontend.set_serving(False)
     await frontend.close_listener()
     await runtime.lame_duck()
-    if not await runtime.drain(max(0.0, deadline - loop.time())):
+    # Requests a gateway cut off when the exit timeout was spent on its connections are
+    # work left at the exit timeout, as they would be in Triton's core: exit code 1.
+    cut = frontend.gateways.cut
+    if cut or not await runtime.drain(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     frontend.close_streams()
     if not await frontend.finish(max(0.0, deadline - loop.time())):

@@ -87,10 +87,11 @@ async def _stop_http(
     frontend: GrpcFrontend, client: EngineClient, index: int, seconds: float
 ) -> None:
     """The stop's first step: this frontend's gateways stop their HTTP endpoints; the
-    engine learns the exit timeout they left (it waits for every frontend's report)."""
+    engine learns the exit timeout they left and the requests they cut off (it waits for
+    every frontend's report)."""
     left = await frontend.stop_http(seconds)
     with contextlib.suppress(EngineLost, OSError):
-        await client.call("http_stopped", index, left)
+        await client.call("http_stopped", index, left, frontend.gateways.cut)
 
 
 async def _serve(
