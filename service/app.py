@@ -93,7 +93,7 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     if not await frontend.finish(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     await runtime.stop_metrics()
-    if not await runtime.unload(max(1.0, deadline - loop.time())):
+    if not await runtime.unload(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     log.info("server stopped")

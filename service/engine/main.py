@@ -143,7 +143,7 @@ async def _serve(
     await server.wait_disconnected(max(0.0, deadline - loop.time()) + 1.0)
     await server.close()
     await runtime.stop_metrics()
-    if not await runtime.unload(max(1.0, deadline - loop.time())):
+    if not await runtime.unload(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     return 0
