@@ -92,6 +92,8 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     frontend.close_streams()
     if not await frontend.finish(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
+    # GOAWAY on each connection, as Triton's gRPC endpoint stops, where it cancels nothing.
+    await frontend.goaway(max(0.0, deadline - loop.time()))
     await runtime.stop_metrics()
     if not await runtime.unload(max(0.0, deadline - loop.time())):
         exit_timeout_expired()

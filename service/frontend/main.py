@@ -161,8 +161,11 @@ async def _serve(
         await frontend.finish(_LOST_ENGINE_WAIT_S)
         leave(1)
     frontend.close_streams()
+    finishing = loop.time()
     sent = await frontend.finish(drained.result())
     client.close()
     if not sent:
         exit_timeout_expired()
-    leave(0)  # not grpc's stop: see exiting.py
+    # GOAWAY where it cancels nothing (goaway.py); grpc's stop only then: see exiting.py.
+    await frontend.goaway(max(0.0, drained.result() - (loop.time() - finishing)))
+    leave(0)
