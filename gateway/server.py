@@ -60,7 +60,8 @@ def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
 class _Stop:
     """SIGTERM/SIGINT, the service's stop, or the workers' supervisor going away: the first
     starts the HTTP stop with an exit timeout (the service's, or ours), a second signal
-    stops at once."""
+    stops at once. Only a second signal does: serve.sh signals the service and the gateway
+    together, and the service's notice may come first."""
 
     def __init__(self, app: GatewayApp, exit_timeout: float) -> None:
         self._app = app
@@ -68,6 +69,7 @@ class _Stop:
         self.seconds = exit_timeout
         self.requested = threading.Event()
         self.forced = threading.Event()
+        self._signalled = False
         self._lock = threading.RLock()  # a second signal may come inside the first
 
     def __call__(self, *_: object) -> None:
@@ -75,9 +77,12 @@ class _Stop:
 
     def begin(self, seconds: float, *, signal: bool = False) -> None:
         with self._lock:
-            if self.requested.is_set():
-                if signal:
+            if signal:
+                if self._signalled:
                     self.forced.set()
+                    return
+                self._signalled = True
+            if self.requested.is_set():
                 return
             self.seconds = seconds
             self._app.begin_drain(seconds)
