@@ -135,10 +135,22 @@ def test_the_exit_timeout_spent_on_open_connections_closes_them() -> None:
     assert _EXPIRED in server.log
 
 
+def _wait_idle_told(server: ServerProcess, times: int) -> None:
+    """Until the service has heard ``times`` times that its gateway holds no HTTP
+    connection (a verbose line at each change), 30 s at most."""
+    deadline = time.monotonic() + 30
+    while server.log.count("holding HTTP connections: 0") < times:
+        assert time.monotonic() < deadline, server.log
+        time.sleep(0.01)
+
+
 def test_without_http_connections_the_stop_is_not_held() -> None:
-    server, gateway = _start("30", "0")
+    server, gateway = _start("30", "0", None, "--log-verbose", "1")
     try:
+        _wait_idle_told(server, 1)  # it follows, and holds none
         assert http_request(gateway.url, "GET", "/v2/health/ready").status == 200
+        # The gateway has seen that connection close (else the signal may find it open).
+        _wait_idle_told(server, 2)
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         assert server.wait(15) == 0
