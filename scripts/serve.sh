@@ -96,12 +96,14 @@ fi
 # Each in a session of its own (setsid execs in place: $! is the process), so that a
 # terminal's Ctrl-C reaches this script alone, which passes one SIGTERM to each, once: a
 # second signal stops the gateway at once (its connections cut off, their requests
-# abandoned), which Ctrl-C must not do.
-setsid .venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
+# abandoned), which Ctrl-C must not do. Without setsid (util-linux) they share ours.
+detach=()
+if command -v setsid >/dev/null; then detach=(setsid); fi
+"${detach[@]}" .venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
 service_pid=$!
 # shellcheck disable=SC2086  # GATEWAY_ARGS is a list of flags
-setsid .venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" "${gateway_args[@]}" \
-  --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
+"${detach[@]}" .venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" \
+  "${gateway_args[@]}" --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
 gateway_pid=$!
 
 stopped=0
