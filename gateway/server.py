@@ -10,9 +10,10 @@ listener closes (new connections are refused, so a load balancer moves to anothe
 replica), requests on the open connections are served as before, and once a second
 ``Timeout N: Found M HTTP service connections`` is logged, counting the exit timeout down,
 until no connection is left or the timeout is spent; connections still open then are
-closed (a request still running has its RPC cancelled and a moment to answer 503). The
-seconds left go back to the service, whose core stop gets them. A second signal stops at
-once.
+closed (a request still running has its RPC cancelled and a moment to answer 503, and the
+process exits 1, as Triton does with work left at the exit timeout). The seconds left, and
+how many requests were cut off, go back to the service, whose core stop gets them. A second
+signal stops at once.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
 class _Stop:
     """SIGTERM/SIGINT, the service's stop, or the workers' supervisor going away: the first
     starts the HTTP stop with an exit timeout (the service's, or ours), a second signal
-    stops at once."""
+    stops at once. Only a second signal does: serve.sh signals the service and the gateway
+    together, and the service's notice may come first."""
 
     def __init__(self, app: GatewayApp, exit_timeout: float) -> None:
         self._app = app
@@ -67,6 +69,7 @@ class _Stop:
         self.seconds = exit_timeout
         self.requested = threading.Event()
         self.forced = threading.Event()
+        self._signalled = False
         self._lock = threading.RLock()  # a second signal may come inside the first
 
     def __call__(self, *_: object) -> None:
@@ -74,9 +77,12 @@ class _Stop:
 
     def begin(self, seconds: float, *, signal: bool = False) -> None:
         with self._lock:
-            if self.requested.is_set():
-                if signal:
+            if signal:
+                if self._signalled:
                     self.forced.set()
+                    return
+                self._signalled = True
+            if self.requested.is_set():
                 return
             self.seconds = seconds
             self._app.begin_drain(seconds)
@@ -84,7 +90,9 @@ class _Stop:
 
 
 def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
-    """Serve until stopped; 0 after a clean stop, 1 when the service could not start."""
+    """Serve until stopped; 0 after a clean stop, 1 when the service could not start or
+    the exit timeout abandoned requests in flight (Triton exits 1 when its core still has
+    work at the exit timeout: these requests are such work)."""
     try:
         sock = bind(config.http_address, config.http_port, reuse_port=worker is not None)
         context = ssl_context(config.https)
@@ -116,11 +124,12 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     while not stop.requested.wait(1.0):  # a timeout keeps signal handlers running
         pass
     left = _stop_http(server, stop)
+    cut = server.in_flight  # requests the spent exit timeout abandons
     if link is not None:
-        link.report(left)  # the service's core stop gets what is left
-    _close(app, server, stop)
+        link.report(left, cut)  # the service's core stop gets what is left
+    _close(app, server, stop, cut)
     app.shutdown()
-    return 0
+    return 1 if cut else 0
 
 
 def _stop_http(server: HttpServer, stop: _Stop) -> float:
@@ -139,12 +148,12 @@ def _stop_http(server: HttpServer, stop: _Stop) -> float:
     return left
 
 
-def _close(app: GatewayApp, server: HttpServer, stop: _Stop) -> None:
-    """Close what is still open: a request still running has its RPC cancelled and a
-    moment to answer (503) before its connection closes."""
+def _close(app: GatewayApp, server: HttpServer, stop: _Stop, cut: int) -> None:
+    """Close what is still open: a request still running (``cut`` of them) has its RPC
+    cancelled and a moment to answer (503) before its connection closes."""
     grace = 0.0
-    if server.in_flight:
-        log.warning("Exit timeout: %d request(s) still in flight", server.in_flight)
+    if cut:
+        log.warning("Exit timeout: %d request(s) still in flight", cut)
         app.close_channel()
         grace = 0.0 if stop.forced.is_set() else _CUT_OFF_GRACE
     server.close(grace)

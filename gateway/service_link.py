@@ -6,7 +6,8 @@ pid; ``scripts/serve.sh`` signals both). So a thread holds one call of the servi
 ``triton_gateway.GatewayLink/Follow`` (``service/grpc_frontend/gateway_link.py``) open:
 the service's notice ``{"stop": seconds}`` starts the gateway's own stop with that exit
 timeout, and once its HTTP connections are gone (or the timeout spent) the gateway
-answers ``{"left": seconds}``, the time the service's core stop then gets. All along it
+answers ``{"left": seconds, "cut": n}``, the time the service's core stop then gets and
+the requests the spent timeout cut off (work left: the service exits 1, as Triton). All along it
 says whether it holds HTTP connections (``{"busy": 1}`` / ``{"busy": 0}``, as the call
 starts and at each change, ``set_busy``): a stop signalled while no gateway holds any
 refuses new requests at once, with nothing to wait for here (``service/admission.py``).
@@ -78,15 +79,17 @@ class ServiceLink:
             if self._outbox is not None and not self._done.is_set():
                 self._outbox.put(gateway_link.encode(gateway_link.BUSY, int(busy)))
 
-    def report(self, left: float) -> None:
-        """The HTTP endpoint has stopped with ``left`` seconds of the exit timeout: tell
-        the service, if it asked, and give it a moment to read it. No new call after."""
+    def report(self, left: float, cut: int = 0) -> None:
+        """The HTTP endpoint has stopped with ``left`` seconds of the exit timeout, and
+        ``cut`` requests in flight cut off as it was spent: tell the service, if it asked
+        (work left at the exit timeout: it exits 1), and give it a moment to read it. No
+        new call after."""
         with self._lock:
             self._done.set()
             outbox = self._outbox if self.noticed else None
         if outbox is None:
             return
-        outbox.put(gateway_link.encode(gateway_link.LEFT, left))
+        outbox.put(gateway_link.report(left, cut))
         outbox.put(None)  # then the half-close
         self._ended.wait(_REPORT_WAIT_S)
 

@@ -4,8 +4,9 @@
 # Extra arguments go to the service, e.g. scripts/serve.sh --grpc-port 9001 --log-verbose 1;
 # with --model-repository DIR (repeatable) it serves DIR, else the embedded default one.
 # Gateway settings: GATEWAY_HTTP_PORT (default 8000), GATEWAY_ARGS (more gateway flags),
-# SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM stops both; either one failing
-# to start (a busy port) stops the other, and the script exits with the failure's code (1).
+# SERVE_GATEWAY=0 to run the service alone. Ctrl-C / SIGTERM / SIGHUP stops both; either one
+# failing to start (a busy port) stops the other, and the script exits with the failure's
+# code (1); a stop whose exit timeout abandons requests exits 1, as Triton's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh" server
@@ -36,21 +37,26 @@ fi
 # Its keepalive pings must not come more often than the service's ping policy lets them
 # (--grpc-http2-min-recv-ping-interval-without-data): 10% above the interval given, else
 # the gateway's default, which fits Triton's (gateway/config.py).
+# The gateway's HTTP stop counts the service's --exit-timeout-secs down, as Triton's HTTP
+# endpoint counts its server's: the last one given goes to the gateway too.
 grpc_port=8001
 local_socket=""
 local_given=0
 ping_interval=""
 ping_flag=--grpc-http2-min-recv-ping-interval-without-data
+exit_timeout=""
 prev=""
 for arg in "$@"; do
   case "$arg" in
     --grpc-port=*) grpc_port="${arg#--grpc-port=}" ;;
     --grpc-local-socket=*) local_socket="${arg#--grpc-local-socket=}" local_given=1 ;;
     "$ping_flag"=*) ping_interval="${arg#"$ping_flag"=}" ;;
+    --exit-timeout-secs=*) exit_timeout="${arg#--exit-timeout-secs=}" ;;
     *)
       [ "$prev" = "--grpc-port" ] && grpc_port="$arg"
       [ "$prev" = "--grpc-local-socket" ] && local_socket="$arg" local_given=1
       [ "$prev" = "$ping_flag" ] && ping_interval="$arg"
+      [ "$prev" = "--exit-timeout-secs" ] && exit_timeout="$arg"
       ;;
   esac
   prev="$arg"
@@ -85,22 +91,35 @@ gateway_args=()
 if [[ "$ping_interval" =~ ^[0-9]{1,9}$ ]] && [ "$((10#$ping_interval))" -gt 0 ]; then
   gateway_args+=(--grpc-keepalive-ms "$((10#$ping_interval * 11 / 10))")
 fi
+[ -n "$exit_timeout" ] && gateway_args+=(--exit-timeout-secs "$exit_timeout")
 
-.venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
+# Each in a session of its own (setsid execs in place: $! is the process), so that a
+# terminal's Ctrl-C reaches this script alone, which passes one SIGTERM to each, once: a
+# second signal stops the gateway at once (its connections cut off, their requests
+# abandoned), which Ctrl-C must not do. Without setsid (util-linux) they share ours.
+detach=()
+if command -v setsid >/dev/null; then detach=(setsid); fi
+"${detach[@]}" .venv/bin/python -m service "${repository[@]}" "${service_args[@]}" "$@" &
 service_pid=$!
 # shellcheck disable=SC2086  # GATEWAY_ARGS is a list of flags
-.venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" "${gateway_args[@]}" \
-  --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
+"${detach[@]}" .venv/bin/python -m gateway --grpc-target "127.0.0.1:$grpc_port" \
+  "${gateway_args[@]}" --http-port "${GATEWAY_HTTP_PORT:-8000}" ${GATEWAY_ARGS:-} &
 gateway_pid=$!
 
-stop() { kill -TERM "$service_pid" "$gateway_pid" 2>/dev/null || true; }
+stopped=0
+stop() {
+  [ "$stopped" = "1" ] && return 0
+  stopped=1
+  kill -TERM "$service_pid" "$gateway_pid" 2>/dev/null || true
+}
 signalled=0
-trap 'signalled=1; stop' INT TERM
+trap 'signalled=1; stop' INT TERM HUP
 
 # When either process ends, stop the other and exit with the status of the one that ended
 # (a busy port: its 1, not the other's 143 from being stopped mid-start). On a signal to
 # this script both are stopped: the first non-zero exit status of the two, or 0 (a signal
-# also ends `wait -n` with 128+n, and one of the two may be gone by the count below).
+# also ends `wait -n` with 128+n, and one of the two may be gone by the count below). Each
+# exits 1 when the exit timeout abandoned requests, as Triton does.
 ended_code=0
 wait -n "$service_pid" "$gateway_pid" || ended_code=$?
 running=0

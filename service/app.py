@@ -84,13 +84,18 @@ async def serve(config: ServerConfig, logs: LogControl | None = None) -> int:
     await frontend.set_serving(False)
     await frontend.close_listener()
     await runtime.lame_duck()
-    if not await runtime.drain(max(0.0, deadline - loop.time())):
+    # Requests a gateway cut off when the exit timeout was spent on its connections are
+    # work left at the exit timeout, as they would be in Triton's core: exit code 1.
+    cut = frontend.gateways.cut
+    if cut or not await runtime.drain(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     frontend.close_streams()
     if not await frontend.finish(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
+    # GOAWAY on each connection, as Triton's gRPC endpoint stops, where it cancels nothing.
+    await frontend.goaway(max(0.0, deadline - loop.time()))
     await runtime.stop_metrics()
-    if not await runtime.unload(max(1.0, deadline - loop.time())):
+    if not await runtime.unload(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     log.info("server stopped")

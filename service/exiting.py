@@ -1,10 +1,12 @@
 """How a server process ends once its stop has run (every layout: app.py, the engine,
 the frontends).
 
-Never through grpc's own shutdown: it cancels the calls it has received but not yet
-handed to a servicer, a bare CANCELLED to callers that sent at the last moment, which
-Triton's clients do not retry. A process that ends closes its connections instead, and
-their callers see UNAVAILABLE. Every answer owed has gone out before (``finish``).
+Not through grpc's own shutdown while calls may still arrive: it cancels the calls it
+has received but not yet handed to a servicer, a bare CANCELLED to callers that sent at
+the last moment, which Triton's clients do not retry. Every answer owed has gone out
+before (``finish``); then, where the connections have fallen quiet, grpc's stop sends
+GOAWAY on each, as Triton's does (``grpc_frontend/goaway.py``); else the process ends
+and closes them, and their callers see UNAVAILABLE.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from .repository import layout
 from .repository.limits import ConfigLimits
 from .scheduling.rate_limiter import RateLimiter
 from .statistics import set_observer_factory
+from .stop_countdown import busy_versions, live_versions, log_in_flight, log_live
 from .telemetry.cpu import CpuMetrics
 from .telemetry.custom_metrics import CUSTOM_METRICS
 from .telemetry.gpu import GpuMetrics
@@ -163,8 +164,21 @@ class Runtime:
 
     async def drain(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the inferences in flight and the sequences in
-        progress to end; False when some work is left (the exit timeout is spent)."""
-        return await self.core.drain(seconds)
+        progress to end; False when some work is left (the exit timeout is spent).
+        Logs Triton's countdown once a second meanwhile (``stop_countdown.py``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        logged_busy = False
+        while True:
+            busy = busy_versions(self.models.entries())
+            log_in_flight(deadline - loop.time(), busy)
+            logged_busy = logged_busy or bool(busy)
+            if await self.core.drain(min(1.0, max(0.0, deadline - loop.time()))):
+                if logged_busy:  # as Triton's next line reads, once they are done
+                    log_in_flight(deadline - loop.time(), [])
+                return True
+            if loop.time() >= deadline:
+                return False
 
     async def stop_metrics(self) -> None:
         if self._metrics is not None:
@@ -173,13 +187,23 @@ class Runtime:
             collector.stop()
 
     async def unload(self, seconds: float) -> bool:
-        """Unload every model; False when an execution still runs in a model's thread
-        after ``seconds`` (the caller leaves at once: see ``exiting.exit_timeout_expired``)."""
-        try:
-            await asyncio.wait_for(self.models.unload_all(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        """Unload every model; False when one is still unloading after ``seconds`` (the
+        caller leaves at once: see ``exiting.exit_timeout_expired``), as in Triton, whose
+        core gives the unloads what is left of the exit timeout (none when the HTTP
+        connections spent it). Logs Triton's countdown once a second meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        log.info("All models are stopped, unloading models")
+        unloading = asyncio.create_task(self.models.unload_all())
+        while True:
+            done = unloading.done()
+            log_live(deadline - loop.time(), 0 if done else live_versions(self.models.entries()))
+            if done:
+                unloading.result()
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.wait({unloading}, timeout=min(1.0, deadline - loop.time()))
 
     async def flush_traces(self, seconds: float) -> None:
         """Export the spans still queued, for at most ``seconds``.

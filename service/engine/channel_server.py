@@ -52,6 +52,8 @@ class EngineServer:
         self._indices: dict[FrontendConnection, int] = {}
         #: The stop's HTTP step: the seconds each frontend's gateways left, by index.
         self._http_left: dict[int, float] = {}
+        #: Requests in flight the frontends' gateways cut off at the exit timeout.
+        self.http_cut = 0
         self._http_changed = asyncio.Event()
 
     async def start(self) -> None:
@@ -133,7 +135,8 @@ class EngineServer:
 
     async def stop_http(self, seconds: float) -> float:
         """Every frontend has its gateways stop their HTTP endpoints (``http_stop``) and
-        reports the exit timeout they left (``http_stopped``); returns the least, waiting
+        reports the exit timeout they left and the requests they cut off
+        (``http_stopped``, summed in ``http_cut``); returns the least left, waiting
         at most ``seconds`` and a margin (a frontend that never reports: what is left
         by the clock)."""
         loop = asyncio.get_running_loop()
@@ -152,8 +155,9 @@ class EngineServer:
             lefts.append(max(0.0, seconds - int(loop.time() - started)))
         return min(lefts, default=seconds)
 
-    def _http_stopped(self, index: int, left: float) -> None:
+    def _http_stopped(self, index: int, left: float, cut: int = 0) -> None:
         self._http_left[index] = min(left, self._http_left.get(index, left))
+        self.http_cut += cut
         self._http_changed.set()
 
     async def wait_disconnected(self, seconds: float) -> None:

@@ -136,13 +136,14 @@ async def _serve(
     runtime.stop_accepting()
     server.broadcast("stopping", replay=True)  # frontends: not serving, listeners closed
     await runtime.lame_duck()
-    if not await runtime.drain(max(0.0, deadline - loop.time())):
+    # Requests the gateways cut off at the exit timeout are work left (app.py).
+    if server.http_cut or not await runtime.drain(max(0.0, deadline - loop.time())):
         exit_timeout_expired()  # the frontends lose the engine and leave too
     server.broadcast("drained", max(0.0, deadline - loop.time()), replay=True)
     await server.wait_disconnected(max(0.0, deadline - loop.time()) + 1.0)
     await server.close()
     await runtime.stop_metrics()
-    if not await runtime.unload(max(1.0, deadline - loop.time())):
+    if not await runtime.unload(max(0.0, deadline - loop.time())):
         exit_timeout_expired()
     await runtime.flush_traces(max(1.0, deadline - loop.time()))
     return 0

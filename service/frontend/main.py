@@ -87,10 +87,11 @@ async def _stop_http(
     frontend: GrpcFrontend, client: EngineClient, index: int, seconds: float
 ) -> None:
     """The stop's first step: this frontend's gateways stop their HTTP endpoints; the
-    engine learns the exit timeout they left (it waits for every frontend's report)."""
+    engine learns the exit timeout they left and the requests they cut off (it waits for
+    every frontend's report)."""
     left = await frontend.stop_http(seconds)
     with contextlib.suppress(EngineLost, OSError):
-        await client.call("http_stopped", index, left)
+        await client.call("http_stopped", index, left, frontend.gateways.cut)
 
 
 async def _serve(
@@ -160,8 +161,11 @@ async def _serve(
         await frontend.finish(_LOST_ENGINE_WAIT_S)
         leave(1)
     frontend.close_streams()
+    finishing = loop.time()
     sent = await frontend.finish(drained.result())
     client.close()
     if not sent:
         exit_timeout_expired()
-    leave(0)  # not grpc's stop: see exiting.py
+    # GOAWAY where it cancels nothing (goaway.py); grpc's stop only then: see exiting.py.
+    await frontend.goaway(max(0.0, drained.result() - (loop.time() - finishing)))
+    leave(0)

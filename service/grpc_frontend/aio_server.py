@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
@@ -20,6 +21,7 @@ from ..core.api import CoreApi, LogSettingsApi, RequestTracing
 from .access import restrict
 from .drain_listener import close_listeners
 from .gateway_link import GatewayLinks
+from .goaway import wait_quiet
 from .large_messages import request_parser, serialize_infer_response
 from .local_rpc import LocalRpcServer, bind_local_socket, unlink_quietly
 from .reflection import enable_reflection
@@ -58,6 +60,10 @@ class _Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
 
 
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+#: At the stop's end: at most this long for the connections to fall quiet before GOAWAY,
+#: and the grace grpc's stop gives the calls that were answered meanwhile.
+_GOAWAY_WAIT_S = 1.0
+_GOAWAY_GRACE_S = 0.5
 
 
 def _in_use(host: str, port: int) -> bool:
@@ -230,6 +236,17 @@ class GrpcFrontend:
         if self._local_path:
             unlink_quietly(self._local_path)
         return await asyncio.to_thread(close_listeners, self._port) > 0
+
+    async def goaway(self, seconds: float) -> bool:
+        """Once every answer is out (``finish``): GOAWAY on each connection, as Triton's
+        gRPC endpoint stops, when the connections are quiet within ``seconds`` (grpc's
+        stop would cancel a call arriving meanwhile: ``goaway.py``); False when they
+        were not and nothing was sent. The process ends right after either way."""
+        if not self._port or not await wait_quiet(self._port, min(seconds, _GOAWAY_WAIT_S)):
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._server.stop(_GOAWAY_GRACE_S), _GOAWAY_GRACE_S + 1.0)
+        return True
 
     async def stop(self, grace: float) -> None:
         """grpc's stop (a start that failed half-way): refuse new RPCs, let in-flight ones

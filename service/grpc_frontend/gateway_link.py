@@ -12,7 +12,9 @@ stop itself (the countdown lines are its), and answers with the seconds it left.
 
 Wire (``wire/gateway_link.py``): service to gateway ``{"stop": seconds}``; gateway to
 service ``{"busy": 0 or 1}`` as the call starts and whenever it changes, and at the end
-``{"left": seconds}``, then its half-close. A caller that is not a gateway can at most
+``{"left": seconds, "cut": n}`` (the requests in flight it cut off when the exit timeout
+was spent: work left, so the stop ends with exit code 1, as Triton's), then its
+half-close. A caller that is not a gateway can at most
 hold the stop for the exit timeout, which bounds the wait
 (docs/decisions/033-http-connections-before-the-core-stops.md).
 
@@ -43,12 +45,13 @@ _REPORT_MARGIN_S = 2.0
 
 class _Follower:
     """One gateway's call: whether it holds HTTP connections (until it says, it may),
-    and its report of the HTTP stop (None: gone without one)."""
+    its report of the HTTP stop (None: gone without one) and the requests it cut off."""
 
-    __slots__ = ("busy", "report")
+    __slots__ = ("busy", "cut", "report")
 
     def __init__(self, report: asyncio.Future[float | None]) -> None:
         self.busy = True
+        self.cut = 0
         self.report = report
 
 
@@ -62,6 +65,9 @@ class GatewayLinks:
         self._seconds = 0.0
         self.on_busy = on_busy
         self._busy = 0
+        #: Requests in flight that the gateways cut off when the exit timeout was spent
+        #: on their HTTP connections (their reports): work left, so the stop exits 1.
+        self.cut = 0
 
     @property
     def following(self) -> int:
@@ -127,6 +133,7 @@ class GatewayLinks:
                     continue
                 left = gateway_link.seconds(frame, gateway_link.LEFT)
                 if left is not None and not follower.report.done():
+                    follower.cut = int(gateway_link.seconds(frame, gateway_link.CUT) or 0)
                     follower.report.set_result(left)
         finally:
             if not follower.report.done():
@@ -136,16 +143,20 @@ class GatewayLinks:
         """Tell every gateway that the stop begins and wait until each has stopped its
         HTTP endpoint (at most ``seconds`` and a margin); returns the exit timeout left
         to the core: the least a gateway reported, ``seconds`` when none follows. A
-        gateway gone without a report counts the whole seconds it took."""
+        gateway gone without a report counts the whole seconds it took. Never more than
+        the clock left of ``seconds``: a gateway signalled on its own (serve.sh signals
+        both) counts down its own exit timeout, which may be longer. ``cut`` then holds
+        the requests the gateways cut off."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         self._seconds = seconds
-        reports = [f.report for f in self._followers]
+        followers = list(self._followers)
         self._stopping.set()
-        if not reports:
+        if not followers:
             return seconds
+        reports = [f.report for f in followers]
         done, _ = await asyncio.wait(reports, timeout=seconds + _REPORT_MARGIN_S)
+        self.cut = sum(f.cut for f in followers)
+        by_clock = max(0.0, seconds - int(loop.time() - started))
         lefts = [left for left in (r.result() for r in done) if left is not None]
-        if len(lefts) < len(reports):
-            lefts.append(max(0.0, seconds - int(loop.time() - started)))
-        return min(lefts)
+        return min([*lefts, by_clock])

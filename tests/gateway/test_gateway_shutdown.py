@@ -58,6 +58,7 @@ def _stamp(log: str, text: str, last: bool = False) -> str:
     return match.group(1)
 
 
+_EXPIRED = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
 _STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
 
 
@@ -105,6 +106,11 @@ def test_an_open_connection_is_served_after_the_service_is_signalled(frontends: 
 
 
 def test_the_exit_timeout_spent_on_open_connections_closes_them() -> None:
+    """An idle kept connection (a pooled client) holds the stop for the whole exit
+    timeout, as in Triton, whose core then has no time left to unload its models and
+    exits 1 with its line (the real Triton 2.51 here: ``Timeout 0: Found 1 live models
+    and 0 in-flight non-inference requests``, then ``Exit timeout expired``). The gateway
+    cut off no request: it exits 0."""
     server, gateway = _start("2", "0")
     try:
         kept = http.client.HTTPConnection(*gateway.url.rsplit(":", 1), timeout=10)
@@ -112,7 +118,7 @@ def test_the_exit_timeout_spent_on_open_connections_closes_them() -> None:
         assert kept.getresponse().read() == b""
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
-        assert server.wait(15) == 0
+        assert server.wait(15) == 1
         assert gateway.wait(15) == 0
         assert time.monotonic() - started < 6
         with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
@@ -123,12 +129,28 @@ def test_the_exit_timeout_spent_on_open_connections_closes_them() -> None:
         server.kill()
     assert [int(t) for t, _ in _HTTP_COUNT.findall(gateway.log)] == [2, 1], gateway.log
     assert "Waiting for in-flight requests to complete." in server.log
+    assert "Timeout 0: Found 0 model versions that have in-flight inferences" in server.log
+    assert "All models are stopped, unloading models" in server.log
+    assert re.search(r"Timeout 0: Found [1-9]\d* live models and 0 in-flight", server.log)
+    assert _EXPIRED in server.log
+
+
+def _wait_idle_told(server: ServerProcess, times: int) -> None:
+    """Until the service has heard ``times`` times that its gateway holds no HTTP
+    connection (a verbose line at each change), 30 s at most."""
+    deadline = time.monotonic() + 30
+    while server.log.count("holding HTTP connections: 0") < times:
+        assert time.monotonic() < deadline, server.log
+        time.sleep(0.01)
 
 
 def test_without_http_connections_the_stop_is_not_held() -> None:
-    server, gateway = _start("30", "0")
+    server, gateway = _start("30", "0", None, "--log-verbose", "1")
     try:
+        _wait_idle_told(server, 1)  # it follows, and holds none
         assert http_request(gateway.url, "GET", "/v2/health/ready").status == 200
+        # The gateway has seen that connection close (else the signal may find it open).
+        _wait_idle_told(server, 2)
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
         assert server.wait(15) == 0

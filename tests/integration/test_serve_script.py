@@ -9,17 +9,22 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
+import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gated_model import write_gated_model
 from proc_info import cmdline, process_tree
 from server_process import REPO_ROOT, LoggedProcess
 
@@ -181,3 +186,102 @@ def test_the_gateway_pings_no_more_often_than_the_service_lets_it(
         _wait_for_gateway(proc)
         assert f", keepalive pings every {keepalive} ms" in proc.log
         assert proc.stop() == 0, proc.log
+
+
+#: Triton's line when the exit timeout is spent with work left (the service logs it).
+EXPIRED = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+_HTTP_COUNTDOWN = re.compile(r"Timeout (\d+): Found \d+ HTTP service connections")
+_GATED = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+
+
+def _post_gated(port: int, answers: queue.Queue[tuple[int, bytes]]) -> None:
+    """One inference of the gated model on a connection of its own, closed once answered;
+    status 0: the connection closed without an answer."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request("POST", "/v2/models/gated/infer", json.dumps(_GATED))
+        response = connection.getresponse()
+        answers.put((response.status, response.read()))
+    except (http.client.RemoteDisconnected, ConnectionError):
+        answers.put((0, b""))
+    finally:
+        connection.close()
+
+
+def _serve_gated(
+    runtime_dir: Path, repository: Path, frontends: str, exit_timeout: str
+) -> tuple[LoggedProcess, int]:
+    """serve.sh on ``repository``, once the service knows that its gateway follows it
+    (a verbose line): a signal to the service alone would reach the gateway too."""
+    grpc_port, http_port = _free_port(), _free_port()
+    env = {
+        "XDG_RUNTIME_DIR": str(runtime_dir),
+        "GATEWAY_HTTP_PORT": str(http_port),
+        "GATEWAY_ARGS": "--http-address 127.0.0.1",
+    }
+    args = [*SERVE, *SERVICE_ARGS[:-1], frontends, "--grpc-port", str(grpc_port)]
+    args += ["--model-repository", str(repository), "--exit-timeout-secs", exit_timeout]
+    proc = LoggedProcess([*args, "--log-verbose", "1"], env=env).start(timeout=90)
+    try:
+        _wait_for_gateway(proc)
+        proc.wait_for_log("REST gateways following: 1", 60)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, http_port
+
+
+@pytest.mark.parametrize("frontends", ["1", "0"])
+def test_a_request_the_exit_timeout_abandons_ends_serve_sh_with_exit_code_1(
+    runtime_dir: Path, tmp_path: Path, frontends: str
+) -> None:
+    """Triton exits 1 when its exit timeout is spent with requests still in flight: so do
+    the gateway (it cut one off: 503) and the service (the gateway told it so), and
+    serve.sh with them, in both layouts. The gateway counts the service's exit timeout
+    down (serve.sh gives it the flag) to its end: one signal each, not a second that
+    would cut its connections off at once."""
+    gated = write_gated_model(tmp_path, "gated", "", max_batch_size=8)
+    proc, http_port = _serve_gated(runtime_dir, tmp_path, frontends, "3")
+    answers: queue.Queue[tuple[int, bytes]] = queue.Queue()
+    try:
+        threading.Thread(target=_post_gated, args=(http_port, answers), daemon=True).start()
+        gated.wait_started()  # held at the gate past the exit timeout
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(90) == 1, proc.log
+        status, body = answers.get(timeout=30)
+    finally:
+        gated.open_gate()
+        proc.kill()
+    # Cut off: 503 from the gateway, or (its answer later than its half second of grace
+    # on a busy machine) the connection closed without one, as the real Triton closes it.
+    assert status in (503, 0), body
+    assert [int(n) for n in _HTTP_COUNTDOWN.findall(proc.log)] == [3, 2, 1], proc.log
+    assert "Exit timeout: 1 request(s) still in flight" in proc.log
+    assert EXPIRED in proc.log
+
+
+def test_ctrl_c_serves_a_request_in_flight_to_its_end(runtime_dir: Path, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C signals the whole foreground group: serve.sh starts the two in
+    sessions of their own, so only it gets the SIGINT and passes one SIGTERM to each. The
+    request in flight is served to its end well into the countdown (a second signal
+    would have cut it off after the first second), and all exit 0."""
+    gated = write_gated_model(tmp_path, "gated", "", max_batch_size=8)
+    proc, http_port = _serve_gated(runtime_dir, tmp_path, "1", "30")
+    answers: queue.Queue[tuple[int, bytes]] = queue.Queue()
+    try:
+        children = [pid for pid, parent in process_tree(proc.pid).items() if parent == proc.pid]
+        assert len(children) == 2, [cmdline(pid) for pid in children]  # service, gateway
+        assert all(os.getsid(pid) == pid for pid in children)  # each leads its session
+        threading.Thread(target=_post_gated, args=(http_port, answers), daemon=True).start()
+        gated.wait_started()
+        proc.send_signal(signal.SIGINT)
+        proc.wait_for_log("Timeout 28: Found 1 HTTP service connections", 30)
+        gated.open_gate()
+        status, body = answers.get(timeout=30)
+        assert proc.wait(60) == 0, proc.log
+    finally:
+        gated.open_gate()
+        proc.kill()
+    assert status == 200, body
+    assert json.loads(body)["outputs"][0]["data"] == [1, 2, 3, 4]
+    assert "still in flight" not in proc.log

@@ -81,3 +81,39 @@ async def test_a_follower_that_has_not_said_counts_as_holding_connections(
         call.cancel()
         await _until(lambda: following.following == 0)
     assert counts == [1, 0]
+
+
+async def test_the_report_carries_the_requests_cut_off(
+    links: tuple[GatewayLinks, list[int], str],
+) -> None:
+    """A gateway that spent the exit timeout on connections with requests still running
+    says how many it cut off: work left at the exit timeout, so the service exits 1."""
+    following, _, target = links
+    stops: list[float] = []
+    with grpc.insecure_channel(target) as channel:
+        link = ServiceLink(channel, stops.append)
+        await asyncio.to_thread(link.start, 10.0)
+        await _until(lambda: following.following == 1)
+        stopping = asyncio.create_task(following.stop_http(3.0))
+        await _until(lambda: stops == [3.0])
+        await asyncio.to_thread(link.report, 0.0, 2)
+        assert await stopping == 0.0
+    assert following.cut == 2
+
+
+async def test_a_report_never_gives_more_than_the_service_has_left(
+    links: tuple[GatewayLinks, list[int], str],
+) -> None:
+    """A gateway signalled on its own counts its own exit timeout down (serve.sh signals
+    both): what it reports is capped at what the service's clock has left, and an older
+    gateway's report (no ``cut``) counts as none cut off."""
+    following, _, target = links
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.stream_stream(gateway_link.PATH)()
+        await call.initial_metadata()
+        stopping = asyncio.create_task(following.stop_http(3.0))
+        assert gateway_link.seconds(await call.read(), gateway_link.STOP) == 3.0
+        await call.write(gateway_link.encode(gateway_link.LEFT, 29.0))
+        assert await stopping <= 3.0  # the clock's whole seconds left, not the 29
+        await call.done_writing()
+    assert following.cut == 0

@@ -38,8 +38,10 @@ async def test_drained_waits_for_every_piece_of_work_even_failed_ones() -> None:
 
 
 async def test_core_drain_reports_whether_inferences_finished_in_time(tmp_path: Path) -> None:
-    """True at once when idle, even with 0 seconds (--exit-timeout-secs 0 exits 0); False
-    when one is still in flight after the timeout (the server then exits 1)."""
+    """True at once when idle, even with 0 seconds (with --exit-timeout-secs 0 the stop
+    goes on to the unloads, which have no time either: exit 1 if a model is loaded, as
+    Triton); False when one is still in flight after the timeout (the server then exits
+    1)."""
     core = InferenceServer(ModelManager([tmp_path]))
     assert await core.drain(0)
     with core._inflight:
