@@ -24,8 +24,18 @@ of the server log: tests/integration/test_pytorch_backend.py checks the same tex
 L0_libtorch_optimized_execution / L0_libtorch_disable_cudnn (GPU-only test.sh checks).
 """
 
+import os
+import shutil
+from pathlib import Path
+
 import manifest
 from manifest import SEQ_NO_DELAY, Suite, _seq_env, instance_count
+
+_PROJECT = Path(__file__).resolve().parents[2]
+manifest.GENERATORS.setdefault(
+    "pytorch_runtime_models",
+    [str(_PROJECT / "tests" / "framework_models" / "torch_runtime_models.py"), "{out}"],
+)
 
 manifest.GENERATORS.setdefault(
     "qa_model_repository_libtorch", ["gen_qa_models.py", "--libtorch", "--models_dir={out}"]
@@ -110,6 +120,25 @@ def repo_implicit_libtorch(r):
         instance_count(r, m, 4)
 
 
+def repo_pytorch_python_runtime(r):
+    """L0_pytorch_python_runtime/test.sh's models/ and the files it puts beside its tests:
+    the data store's pytorch_model_store (addsub, neuralnet) and resnet50_libtorch, here the
+    stand-ins of tests/framework_models/torch_runtime_models.py; resnet50_libtorch edited
+    by test.sh's lines; neuralnet's test_data.json moved out; the runtime's model.py copied
+    as py_runtime.py for unit_test.py."""
+    root = r.gen("pytorch_runtime_models")
+    for model in ("addsub", "neuralnet", "resnet50_libtorch"):
+        r.copy(os.path.join(root, model), model)
+    cfg = "resnet50_libtorch/config.pbtxt"
+    r.sub(cfg, r"^.*platform.*\n", "")  # sed -i "/platform/d"
+    r.append(cfg, 'backend: "pytorch"\nruntime: "model.py"\ninstance_group: [{ kind: KIND_MODEL }]')
+    qa_dir = r.qa("L0_pytorch_python_runtime")
+    data = os.path.join(qa_dir, "neuralnet_test_data.json")
+    shutil.move(r.path("neuralnet/1/test_data.json"), data)
+    runtime = _PROJECT / "service" / "backends" / "pytorch" / "runtime" / "model.py"
+    shutil.copy(runtime, os.path.join(qa_dir, "py_runtime.py"))
+
+
 INFER_LIBTORCH_TESTS = [
     "test_raw_bbb",
     "test_raw_sss",
@@ -141,6 +170,20 @@ _NOTE = "not validated: the reference Triton here has no PyTorch backend"
 
 SUITES: list[Suite] = []
 NOT_VALIDATED = [
+    Suite(
+        "pytorch_python_runtime",
+        "L0_pytorch_python_runtime",
+        str(_PROJECT / "tests" / "qa_extra" / "steps" / "pytorch_python_runtime.py"),
+        ["PyTorchPythonRuntimeSteps"],
+        repo_pytorch_python_runtime,
+        args=["--log-verbose=1"],
+        timeout=600,
+        default=False,
+        reference="not-validated",
+        note=_NOTE + "; test.sh's steps (unit_test.py, its log greps, infer.py) as unittest tests "
+        "(tests/qa_extra/steps); the data store's models stood in for, image_client's "
+        "resnet50 inference replaced by a check of the stand-in TorchScript model",
+    ),
     Suite(
         "libtorch_io_names",
         "L0_libtorch_io_names",
