@@ -1,5 +1,6 @@
 """Models for the PyTorch 2 python runtime (``backend: "pytorch"``, ``runtime: "model.py"``),
-written into ``<root>/<name>/`` with their configs: ``python torch_runtime_models.py ROOT``.
+written into ``<root>/<name>/`` with their configs: ``python torch_runtime_models.py ROOT``
+(or ``--models_dir=ROOT``, as Triton's generators take it).
 Run by a Python with torch (the server's, or the qa runner's generator Python).
 
 They stand in for the models L0_pytorch_python_runtime/test.sh copies from Triton's data
@@ -130,7 +131,8 @@ def write_torchscript(root: Path) -> None:
 
 
 def main() -> None:
-    root = Path(sys.argv[1])
+    # ROOT, or --models_dir=ROOT as Triton's generators take it (the qa runner's call)
+    root = Path(sys.argv[1].removeprefix("--models_dir="))
     torch.manual_seed(0)
     write_addsub(root)
     write_neuralnet(root)

@@ -4,9 +4,11 @@ and the PyTorch 2 python runtime's suite.
 
 NOT_VALIDATED: the reference Triton here has no PyTorch backend, so these suites cannot be
 run against it; the tests' own expected values are the specification (issue 38). Their
-generators import torch: run them with a generator Python that has torch beside the
-runner's pins, e.g. a venv from ../shared/triton-qa/requirements-gen.txt plus
-``torch==2.13.0``, named by ``TRITON_QA_GEN_PYTHON`` (docs/decisions/046).
+generators import torch (infer_reshape's also tensorflow and onnx): run them with a
+generator Python that has them, named by ``TRITON_QA_GEN_PYTHON`` — the project's venv with
+the torch and tensorflow extras runs every generator here (numpy 2), or a venv from
+../shared/triton-qa/requirements-gen.txt plus ``torch==2.13.0`` for the libtorch ones
+(docs/decisions/046, 057).
 
 - libtorch_io_names: qa/L0_libtorch_io_names (8 tests), the eight renamed copies of
   libtorch_float32_float32_float32 its test.sh makes.
