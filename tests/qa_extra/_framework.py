@@ -223,30 +223,31 @@ def repo_dyna_sequence(dyna_repo: str, prefix: str, second_phase: bool) -> Recip
 
 
 def dyna_sequence_suites(backend: str, dyna_repo: str, note: str) -> list[Suite]:
-    """L0_dyna_sequence_batcher/test.sh's two phases for ``BACKENDS=<backend>``."""
-    env = {"BACKENDS": backend, "IMPLICIT_STATE": "0"}
-    common: dict[str, Any] = {"restart": "test", "timeout": 300}
+    """L0_dyna_sequence_batcher/test.sh's two phases for ``BACKENDS=<backend>``: without
+    batching (NO_BATCHING=1), then with the second phase's config edits."""
+    phases = (  # suite, tests, second phase, NO_BATCHING, note
+        ("dyna_sequence_batcher", DYNA_NO_BATCHING, False, "1", ""),
+        (
+            "dyna_sequence_batcher_batching",
+            DYNA_BATCHING,
+            True,
+            "0",
+            "; max_candidate_sequences 4, 5 s queue delay",
+        ),
+    )
     return [
         not_validated(
-            f"dyna_sequence_batcher_{backend}",
+            f"{suite}_{backend}",
             "L0_dyna_sequence_batcher",
             "dyna_sequence_batcher_test.py",
-            [f"DynaSequenceBatcherTest::{t}" for t in DYNA_NO_BATCHING],
-            repo_dyna_sequence(dyna_repo, backend, False),
-            note,
-            env=dict(env, NO_BATCHING="1"),
-            **common,
-        ),
-        not_validated(
-            f"dyna_sequence_batcher_batching_{backend}",
-            "L0_dyna_sequence_batcher",
-            "dyna_sequence_batcher_test.py",
-            [f"DynaSequenceBatcherTest::{t}" for t in DYNA_BATCHING],
-            repo_dyna_sequence(dyna_repo, backend, True),
-            note + "; max_candidate_sequences 4, 5 s queue delay",
-            env=dict(env, NO_BATCHING="0"),
-            **common,
-        ),
+            [f"DynaSequenceBatcherTest::{t}" for t in tests],
+            repo_dyna_sequence(dyna_repo, backend, second),
+            note + more,
+            env={"BACKENDS": backend, "IMPLICIT_STATE": "0", "NO_BATCHING": no_batching},
+            restart="test",
+            timeout=300,
+        )
+        for suite, tests, second, no_batching, more in phases
     ]
 
 
