@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .base import Backend
 
-__all__ = ["BackendUnavailable", "get_backend", "missing_extra"]
+if TYPE_CHECKING:
+    from inference import model_config_pb2 as mc
+
+__all__ = ["BackendUnavailable", "backend_for", "get_backend", "missing_extra"]
 
 
 class BackendUnavailable(ValueError):
@@ -19,6 +24,17 @@ def missing_extra(backend: str, framework: str, extra: str, exc: ImportError) ->
         f"installed ({exc.name or exc}); install the '{extra}' extra "
         f"(pip install '.[{extra}]')"
     )
+
+
+def backend_for(config: mc.ModelConfig) -> Backend:
+    """The backend that serves ``config``: its ``backend``, except a PyTorch model on the
+    PyTorch 2 python runtime (``runtime: "model.py"``), which the python backend runs
+    (torch is imported by its workers only, so the server needs no torch for it)."""
+    from .pytorch.python_runtime import PyTorchPythonRuntime, uses_python_runtime
+
+    if uses_python_runtime(config):
+        return PyTorchPythonRuntime()
+    return get_backend(config.backend)
 
 
 def get_backend(name: str) -> Backend:

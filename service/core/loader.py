@@ -20,7 +20,7 @@ from inference import model_config_pb2 as mc
 from ..backends import backend_config
 from ..backends.base import Backend, InstanceSpec, ModelInstance, RequestInstance
 from ..backends.isolated import ISOLATED_BACKENDS, IsolatedBackend
-from ..backends.registry import get_backend
+from ..backends.registry import backend_for
 from ..errors import InvalidArgument, status_text
 from ..gpus import inventory
 from ..repository.completion import (
@@ -103,8 +103,9 @@ def _load_once(
         if not path.is_dir():
             raise ValueError(f"version folder {version} does not exist")
         model.labels = read_labels(config, path.parent)
-        backend = get_backend(config.backend)
-        if isolate and backend.name in ISOLATED_BACKENDS:
+        backend = backend_for(config)
+        own_workers = getattr(backend, "worker_processes", False)  # python-based ones
+        if isolate and backend.name in ISOLATED_BACKENDS and not own_workers:
             backend = IsolatedBackend(backend)
         specs = instance_specs(config, backend_gpu=backend.supports_gpu)
         gpus = sorted({s.device_id for s in specs if s.kind == "KIND_GPU"})

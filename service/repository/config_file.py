@@ -82,6 +82,8 @@ def _settle_backend(config: mc.ModelConfig, model: ModelDirectory) -> None:
         _settle_backend(config, model)
         return
     if not config.default_model_filename and config.backend in _DEFAULT_FILENAME:
+        if config.backend == "pytorch" and config.runtime == "model.py":
+            return  # Triton: the PyTorch 2 runtime looks for model.py, then model.pt
         config.default_model_filename = _DEFAULT_FILENAME[config.backend]
 
 

@@ -18,58 +18,47 @@ gen_qa_models.py's TF paths with numpy 2), named by ``TRITON_QA_GEN_PYTHON``
 - sequence_batcher_savedmodel: qa/L0_sequence_batcher, BACKENDS=savedmodel (its test.sh's
   datatypes for savedmodel: float32 and bool), model trial 1.
 - sequence_batcher_savedmodel_nobatch: the same, the nobatch models, trial 0 (4 instances).
+- batcher_{preferred_only,variable,different_shape}_savedmodel: L0_batcher's other runs
+  (var_models: the variable-size savedmodel and custom_zero_1_float32 on the identity
+  backend; test.sh makes no ragged savedmodel model).
+- dyna_sequence_batcher[_batching]_savedmodel: qa/L0_dyna_sequence_batcher's two phases,
+  BACKENDS=savedmodel, on gen_qa_dyna_sequence_models --savedmodel.
 
 Left out: graphdef (``tensorflow_graphdef`` is not built), the ensembles of L0_infer
 (ENSEMBLES=1 needs graphdef models too), gen_qa_implicit_models (no savedmodel models).
 """
 
-import manifest
-from manifest import (
-    BATCHER_DELAY,
-    BATCHER_ENV,
-    BATCHER_NO_DELAY,
-    SEQ_NO_DELAY,
-    Suite,
-    _delay_env,
-    _seq_env,
-    echoes,
+from _framework import (
+    batcher_suites,
+    dyna_sequence_suites,
+    generator,
     instance_count,
+    not_validated,
+    repo_batcher_fixed,
+    repo_batcher_preferred_only,
+    repo_batcher_variable,
+    repo_generated,
 )
+from manifest import SEQ_NO_DELAY, Suite, _seq_env
 
-manifest.GENERATORS.setdefault(
-    "qa_model_repository_savedmodel", ["gen_qa_models.py", "--savedmodel", "--models_dir={out}"]
+MODELS = generator("qa_model_repository_savedmodel", "gen_qa_models.py", "--savedmodel")
+VARIABLE = generator(
+    "qa_variable_model_repository_savedmodel", "gen_qa_models.py", "--savedmodel", "--variable"
 )
-manifest.GENERATORS.setdefault(
-    "qa_sequence_model_repository_savedmodel",
-    ["gen_qa_sequence_models.py", "--savedmodel", "--models_dir={out}"],
+SEQUENCE = generator(
+    "qa_sequence_model_repository_savedmodel", "gen_qa_sequence_models.py", "--savedmodel"
 )
-
-
-def repo_infer_savedmodel(r):
-    import os
-
-    root = r.gen("qa_model_repository_savedmodel")
-    for model in sorted(os.listdir(root)):
-        if model.startswith("savedmodel"):
-            r.copy(os.path.join(root, model), model)
-            r.append(f"{model}/config.pbtxt", "instance_group [ { kind: KIND_CPU }]")
-
-
-def repo_batcher_savedmodel(r):
-    """L0_batcher/test.sh's models/ for BACKENDS=savedmodel."""
-    m = "savedmodel_float32_float32_float32"
-    r.copy(r.gen("qa_model_repository_savedmodel", m), m)
-    cfg = f"{m}/config.pbtxt"
-    r.sub(cfg, r"^max_batch_size:.*", "max_batch_size: 8")
-    r.sub(cfg, r"^version_policy:.*", "version_policy: { specific { versions: [1] }}")
-    text = echoes(r, "L0_batcher/test.sh", "models && mkdir models", "preferred_batch_only_models")
-    r.append(cfg, text)
+DYNA = generator(
+    "qa_dyna_sequence_model_repository_savedmodel",
+    "gen_qa_dyna_sequence_models.py",
+    "--savedmodel",
+)
 
 
 def repo_sequence_savedmodel(r):
     for dtype in ("float32", "bool"):
         m = f"savedmodel_sequence_{dtype}"
-        r.copy(r.gen("qa_sequence_model_repository_savedmodel", m), m)
+        r.copy(r.gen(SEQUENCE, m), m)
         r.sub(f"{m}/config.pbtxt", r"^max_batch_size:.*", "max_batch_size: 4")
         instance_count(r, m, 1)
 
@@ -77,7 +66,7 @@ def repo_sequence_savedmodel(r):
 def repo_sequence_savedmodel_nobatch(r):
     for dtype in ("float32", "bool"):
         m = f"savedmodel_nobatch_sequence_{dtype}"
-        r.copy(r.gen("qa_sequence_model_repository_savedmodel", m), m)
+        r.copy(r.gen(SEQUENCE, m), m)
         instance_count(r, m, 4)
 
 
@@ -124,63 +113,40 @@ _NOTE = "not validated: the reference Triton here has no TensorFlow backend"
 
 SUITES: list[Suite] = []
 NOT_VALIDATED = [
-    Suite(
+    not_validated(
         "infer_savedmodel",
         "L0_infer",
         "infer_test.py",
         [f"InferTest::{t}" for t in INFER_SAVEDMODEL_TESTS],
-        repo_infer_savedmodel,
+        repo_generated(MODELS, "savedmodel", "instance_group [ { kind: KIND_CPU }]"),
+        _NOTE,
         env={"BACKENDS": "savedmodel", "ENSEMBLES": "0", "NOBATCH": "1", "BATCH": "1"},
         args=["--exit-timeout-secs=120"],
         timeout=600,
-        default=False,
-        reference="not-validated",
-        note=_NOTE,
     ),
-    Suite(
-        "batcher_savedmodel",
-        "L0_batcher",
-        "batcher_test.py",
-        [f"BatcherTest::{t}" for t in BATCHER_NO_DELAY],
-        repo_batcher_savedmodel,
-        env=dict(BATCHER_ENV, BACKENDS="savedmodel", BATCHER_TYPE="FIXED"),
-        restart="test",
-        timeout=120,
-        default=False,
-        reference="not-validated",
-        note=_NOTE + "; BACKENDS=savedmodel",
-    ),
-    Suite(
-        "batcher_delayed_savedmodel",
-        "L0_batcher",
-        "batcher_test.py",
-        [f"BatcherTest::{t}" for t in BATCHER_DELAY],
-        repo_batcher_savedmodel,
-        env=dict(BATCHER_ENV, BACKENDS="savedmodel", BATCHER_TYPE="FIXED"),
-        test_env=_delay_env(BATCHER_DELAY),
-        restart="test",
-        timeout=120,
-        default=False,
-        reference="not-validated",
-        note=_NOTE + "; BACKENDS=savedmodel, TRITONSERVER_DELAY_SCHEDULER per test",
+    *batcher_suites(
+        "savedmodel",
+        repo_batcher_fixed(MODELS, "savedmodel"),
+        repo_batcher_preferred_only(MODELS, "savedmodel"),
+        repo_batcher_variable(VARIABLE, "savedmodel"),
+        _NOTE + "; BACKENDS=savedmodel",
     ),
     *(
-        Suite(
+        not_validated(
             suite,
             "L0_sequence_batcher",
             "sequence_batcher_test.py",
             [f"SequenceBatcherTest::{t}" for t in SEQ_NO_DELAY],
             recipe,
+            _NOTE + f"; BACKENDS=savedmodel ENSEMBLES=0, model trial {trial}",
             env=dict(_seq_env(trial), BACKENDS="savedmodel"),
             restart="test",
             timeout=180,
-            default=False,
-            reference="not-validated",
-            note=_NOTE + f"; BACKENDS=savedmodel ENSEMBLES=0, model trial {trial}",
         )
         for suite, recipe, trial in (
             ("sequence_batcher_savedmodel", repo_sequence_savedmodel, "1"),
             ("sequence_batcher_savedmodel_nobatch", repo_sequence_savedmodel_nobatch, "0"),
         )
     ),
+    *dyna_sequence_suites("savedmodel", DYNA, _NOTE + "; BACKENDS=savedmodel"),
 ]

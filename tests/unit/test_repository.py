@@ -144,6 +144,9 @@ def test_read_config_non_utf8_is_parse_error(tmp_path: Path) -> None:
         ('platform: "tensorrt_plan"', "tensorrt_plan", "tensorrt", "model.plan"),
         ('backend: "tensorrt"', "tensorrt_plan", "tensorrt", "model.plan"),
         ('backend: "python"', "", "python", "model.py"),
+        ('backend: "pytorch"', "pytorch_libtorch", "pytorch", "model.pt"),
+        # the PyTorch 2 python runtime looks for model.py, then model.pt (Triton's core)
+        ('backend: "pytorch" runtime: "model.py"', "pytorch_libtorch", "pytorch", ""),
         (
             'platform: "onnxruntime_onnx" backend: "onnxruntime"',
             "onnxruntime_onnx",

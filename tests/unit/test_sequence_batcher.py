@@ -327,14 +327,20 @@ def test_control_tensors_per_slot_batched() -> None:
     np.testing.assert_array_equal(inputs["CORRID"], [7, 0, 9])
 
 
-def test_undeclared_control_defaults_to_one_dimension() -> None:
+def test_undeclared_control_has_tritons_shape() -> None:
+    """Triton adds each control as a [1] tensor per request: [batch, 1] batched, so that
+    it broadcasts along the rows of a [batch, n] input (L0_dyna_sequence_batcher's
+    TorchScript models add it to one); [1] without batching."""
     (spec,) = control_specs(
         batching(
             'control_input [ { name: "S" control [ '
             "{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]"
         )
     )
-    inputs = build_sequence_inputs([job(1, start=True)], [None], [spec], [], {}, batched=True)
+    rows = [job(1, start=True), job(2)]
+    inputs = build_sequence_inputs(rows, [None, None], [spec], [], {}, batched=True)
+    np.testing.assert_array_equal(inputs["S"], [[1], [0]])
+    inputs = build_sequence_inputs([job(1, start=True)], [None], [spec], [], {}, batched=False)
     np.testing.assert_array_equal(inputs["S"], [1])
 
 

@@ -32,11 +32,12 @@ import openvino as ov
 from inference import model_config_pb2 as mc
 from wire import datatypes
 
-from ...errors import Internal, InvalidArgument, ServerError, Unavailable, status_text
+from ...errors import Internal, InvalidArgument, ServerError, Unavailable
 from ...repository.completion import ModelSignature, internal_tensors
 from ...types import TensorSpec
 from .. import backend_config
 from ..base import Array, InstanceSpec
+from ..framework import FrameworkBackend
 from .rules import (
     Dim,
     ModelOptions,
@@ -236,20 +237,12 @@ def _built(ppp: Any, what: str) -> Any:
         raise _ov_error(what, exc) from None
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(FrameworkBackend["OpenVinoInstance"]):
     name = "openvino"
 
     @property
     def supports_gpu(self) -> bool:
         return False  # Triton's openvino backend runs on the CPU only
-
-    def open(
-        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
-    ) -> OpenVinoInstance:
-        try:
-            return self._open(config, version_path, spec)
-        except ServerError as exc:
-            raise ValueError(status_text(exc)) from None
 
     def _open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec

@@ -66,17 +66,21 @@ class PythonBackend:
     ) -> PythonInstance:
         """Start the worker, run ``auto_complete_config`` (completing ``config`` in place,
         as Triton does before ``initialize``) and ``initialize``."""
-        return PythonInstance(config, self._model_file(config, version_path), spec)
+        model_file = self._model_file(config, version_path)
+        return PythonInstance(config, model_file, spec, model_dir=version_path)
 
     def open_deferred(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
     ) -> PythonInstance:
         """``open`` up to ``auto_complete_config``; ``finish_loading`` runs ``initialize``."""
         model_file = self._model_file(config, version_path)
-        return PythonInstance(config, model_file, spec, defer_initialize=True)
+        return PythonInstance(
+            config, model_file, spec, defer_initialize=True, model_dir=version_path
+        )
 
-    @staticmethod
-    def _model_file(config: mc.ModelConfig, version_path: Path) -> Path:
+    def _model_file(self, config: mc.ModelConfig, version_path: Path) -> Path:
+        """The python file the worker imports: the version's own ``model.py`` here; a
+        python-based backend's runtime in a subclass (the PyTorch 2 runtime)."""
         model_file = version_path / (config.default_model_filename or "model.py")
         if not model_file.is_file():
             raise ValueError(
@@ -166,11 +170,16 @@ class PythonInstance:
         model_file: Path,
         spec: InstanceSpec,
         defer_initialize: bool = False,
+        model_dir: Path | None = None,
     ) -> None:
+        """``model_dir``: the version folder the model's files are in (``get_model_dir``,
+        the ``initialize`` arguments); ``model_file``'s folder unless a python-based
+        backend's runtime serves it."""
         self.spec = spec
         self.model_name = config.name
         self.settings = Settings.from_config(config)
         self._model_file = model_file
+        self._model_dir = model_dir or model_file.parent
         self._label = f"model '{config.name}' instance '{spec.name}'"
         self._lock = threading.Lock()
         self._calls: dict[int, _Call] = {}
@@ -182,7 +191,7 @@ class PythonInstance:
         self._running = False  # the current worker is up; cleared (under _lock) when it ends
         self._retry_at = 0.0
         self._config = config
-        self._env = execution_env(config, model_file.parent.parent)
+        self._env = execution_env(config, self._model_dir.parent)
         self._worker = self._start(
             config, complete=current().auto_complete, initialize=not defer_initialize
         )
@@ -216,6 +225,9 @@ class PythonInstance:
                     self.spec.name,
                     config_to_json(config),
                     complete,
+                    str(self._model_dir),
+                    self._model_dir != self._model_file.parent,
+                    logging.getLogger().isEnabledFor(logging.DEBUG),
                 ),
                 "loaded",
                 timeout,
@@ -254,7 +266,7 @@ class PythonInstance:
             self._initialize(self._worker, self._config)
 
     def _initialize_args(self, config: mc.ModelConfig) -> dict[str, str]:
-        version_dir = self._model_file.parent
+        version_dir = self._model_dir
         return {
             "model_config": config_to_json(config),
             "model_instance_kind": self.spec.kind.removeprefix("KIND_"),

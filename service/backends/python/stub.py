@@ -148,17 +148,29 @@ class Stub:
             self.calls.send(result)
 
     def _load(
-        self, model_path: str, label: str, instance_name: str, config_json: str, complete: bool
+        self,
+        model_path: str,
+        label: str,
+        instance_name: str,
+        config_json: str,
+        complete: bool,
+        model_dir: str,
+        backend_runtime: bool,
+        verbose: bool,
     ) -> tuple[Any, ...]:
+        """``backend_runtime``: ``model_path`` is a python-based backend's runtime (the
+        PyTorch 2 runtime) serving the files in ``model_dir``; ``verbose``: the server
+        logs verbose lines, so ``Logger.log_verbose`` writes."""
         self.label = label
         self.instance_name = instance_name
         logging.basicConfig(
             stream=sys.stderr,
-            level=logging.INFO,
+            level=logging.DEBUG if verbose else logging.INFO,
             format="%(asctime)s " + label.replace("%", "%%") + " %(levelname)s: %(message)s",
         )
         restore_numpy1_names()  # models written for Triton's NumPy 1 (decision 051)
-        self.model_class = import_model_class(model_path)
+        pb_utils._set_model_dir(model_dir)
+        self.model_class = import_model_class(model_path, backend_runtime)
         completed = None
         auto_complete = getattr(self.model_class, "auto_complete_config", None)
         if complete and auto_complete is not None:

@@ -15,12 +15,15 @@ from typing import Any
 __all__ = ["describe_exception", "hard_exit", "import_model_class", "watch_parent"]
 
 
-def import_model_class(model_path: str) -> Any:
+def import_model_class(model_path: str, backend_runtime: bool = False) -> Any:
     """``TritonPythonModel`` from the file; its version folder and model folder join
-    ``sys.path`` (as in Triton), so a model can import modules kept beside it."""
+    ``sys.path`` (as in Triton), so a model can import modules kept beside it. A
+    python-based backend's runtime (``backend_runtime``) adds only its own folder, as
+    Triton's stub does for one."""
     path = Path(model_path)
     sys.path.append(str(path.parent))
-    sys.path.append(str(path.parent.parent))
+    if not backend_runtime:
+        sys.path.append(str(path.parent.parent))
     spec = importlib.util.spec_from_file_location("model", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import '{path.name}'")

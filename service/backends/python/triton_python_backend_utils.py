@@ -55,6 +55,7 @@ __all__ = [
     "deserialize_bytes_tensor",
     "get_input_config_by_name",
     "get_input_tensor_by_name",
+    "get_model_dir",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
     "is_model_ready",
@@ -200,6 +201,22 @@ _bls_executor: BlsExecutor | None = None
 def _set_bls_executor(executor: BlsExecutor | None) -> None:
     global _bls_executor
     _bls_executor = executor
+
+
+#: The model's folder of files: its version folder (the worker sets it at load).
+_model_dir = ""
+
+
+def _set_model_dir(path: str) -> None:
+    global _model_dir
+    _model_dir = path
+
+
+def get_model_dir() -> str:
+    """The version folder of the model being served, as Triton's stub defines it: the one
+    holding ``model.py`` for a python model, the repository's version folder for a model
+    that a python-based backend's runtime serves (``runtime: "model.py"``)."""
+    return _model_dir
 
 
 #: The worker's model-control call: (operation, *arguments) -> result.

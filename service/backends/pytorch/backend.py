@@ -30,10 +30,12 @@ import torch
 
 from inference import model_config_pb2 as mc
 
-from ...errors import Internal, InvalidArgument, ServerError, Unavailable
+from ...errors import Internal, InvalidArgument, ServerError
 from ...repository.completion import ModelSignature
 from ..base import Array, InstanceSpec
-from .naming import Argument, InputLayout, input_layout, load_error, output_positions
+from ..framework import FrameworkBackend
+from ..framework import model_file as find_model_file
+from .naming import Argument, InputLayout, input_layout, output_positions
 from .options import TorchOptions, parse_options
 
 __all__ = ["PyTorchBackend", "PyTorchInstance"]
@@ -116,20 +118,12 @@ def _apply_modes(options: TorchOptions) -> None:
     torch.backends.cudnn.enabled = options.cudnn
 
 
-class PyTorchBackend:
+class PyTorchBackend(FrameworkBackend["PyTorchInstance"]):
     name = "pytorch"
 
     @property
     def supports_gpu(self) -> bool:
         return bool(torch.cuda.is_available())
-
-    def open(
-        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
-    ) -> PyTorchInstance:
-        try:
-            return self._open(config, version_path, spec)
-        except ServerError as exc:
-            raise load_error(exc) from None
 
     def _open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
@@ -137,9 +131,7 @@ class PyTorchBackend:
         options = parse_options(config)
         for line in options.lines:
             log.info("%s", line)
-        model_file = version_path / (config.default_model_filename or DEFAULT_FILENAME)
-        if not model_file.is_file():
-            raise Unavailable(f"unable to find '{model_file}' for model instance '{spec.name}'")
+        model_file = find_model_file(config, version_path, DEFAULT_FILENAME, spec, folder=False)
         device = torch.device("cpu")
         if spec.kind == "KIND_GPU":
             device = torch.device("cuda", spec.device_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from inference import model_config_pb2 as mc
 
-from ...errors import Internal, InvalidArgument, ServerError, status_text
+from ...errors import Internal, InvalidArgument
 
 __all__ = [
     "TORCH_TYPES",
@@ -32,7 +32,6 @@ __all__ = [
     "InputLayout",
     "control_positions",
     "input_layout",
-    "load_error",
     "named_index",
     "output_positions",
 ]
@@ -298,8 +297,3 @@ def output_positions(config: mc.ModelConfig) -> dict[str, tuple[int, str]]:
             )
         positions[state.output_name] = (named_index(state.output_name) or 0, datatype)
     return positions
-
-
-def load_error(exc: ServerError) -> ValueError:
-    """A rule's error as a load failure's reason, with Triton's code words."""
-    return ValueError(status_text(exc))

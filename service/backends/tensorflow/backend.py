@@ -30,10 +30,10 @@ from tensorflow.core.framework import types_pb2
 
 from inference import model_config_pb2 as mc
 
-from ...errors import Internal, ServerError, Unavailable
+from ...errors import Internal, ServerError
 from ...repository.completion import ModelSignature
 from ..base import Array, InstanceSpec
-from ..pytorch.naming import load_error
+from ..framework import FrameworkBackend, model_file
 from .rules import (
     DEFAULT_TAG,
     SignatureTensor,
@@ -70,28 +70,18 @@ def _entries(model: str, kind: str, tensors: Any) -> list[SignatureTensor]:
     return entries
 
 
-class TensorFlowBackend:
+class TensorFlowBackend(FrameworkBackend["TensorFlowInstance"]):
     name = "tensorflow"
 
     @property
     def supports_gpu(self) -> bool:
         return bool(tf.config.list_physical_devices("GPU"))
 
-    def open(
-        self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
-    ) -> TensorFlowInstance:
-        try:
-            return self._open(config, version_path, spec)
-        except ServerError as exc:
-            raise load_error(exc) from None
-
     def _open(
         self, config: mc.ModelConfig, version_path: Path, spec: InstanceSpec
     ) -> TensorFlowInstance:
         options = parse_options(config)
-        model_path = version_path / (config.default_model_filename or DEFAULT_FILENAME)
-        if not model_path.exists():
-            raise Unavailable(f"unable to find '{model_path}' for model instance '{spec.name}'")
+        model_path = model_file(config, version_path, DEFAULT_FILENAME, spec, folder=True)
         session, signature = _load(config.name, model_path, options, spec)
         inputs = _entries(config.name, "input", signature.inputs)
         outputs = _entries(config.name, "output", signature.outputs)

@@ -113,9 +113,13 @@ def build_sequence_inputs(
             continue
         parts = [job.inputs[name] if job is not None else np.zeros_like(sample) for job in rows]
         inputs[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    # A control the model file does not declare (TorchScript, Python models) has Triton's
+    # shape: [1] per request, so [batch, 1] batched (sequence_batch_scheduler.cc).
+    undeclared = (-1, 1) if batched else (1,)
     for spec in controls:
         values = [_control_value(spec, job) for job in rows]
-        inputs[spec.name] = _shaped(values, spec.dtype, declared.get(spec.name, [-1]), batched)
+        shape = declared.get(spec.name, undeclared)
+        inputs[spec.name] = _shaped(values, spec.dtype, shape, batched)
     present = [job is not None for job in rows]
     inputs.update(state_inputs(present, states, state_specs_, batched))
     return inputs
