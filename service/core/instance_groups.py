@@ -6,8 +6,8 @@ it lists none), else ``KIND_CPU``; a ``KIND_GPU`` group without ``gpus`` gets ev
 supported GPU; a group without ``count`` gets two instances on the CPU for ONNX Runtime
 and TensorFlow, else one (Triton's SetDefaultInstanceCount); ``count`` instances are
 made *per listed GPU*, each named ``<group>_<n>`` like Triton's; a group that asks for a
-GPU that is not there fails the load with Triton's message. The resolved values are written back into the config, so
-``ModelConfig`` shows what the server chose.
+GPU that is not there fails the load with Triton's message. The resolved values are
+written back into the config, so ``ModelConfig`` shows what the server chose.
 """
 
 from __future__ import annotations
