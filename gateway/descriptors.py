@@ -42,8 +42,16 @@ def is_parameter(desc: DescriptorT) -> bool:
     return PARAMETER_ONEOF in desc.oneofs_by_name and len(desc.oneofs) == 1
 
 
+_MODEL_CONFIG_FILE = "inference/model_config.proto"
+
+
 def value_list_field(desc: DescriptorT) -> FieldT | None:
-    """The field of a message that is only a list of scalars (trace setting values)."""
+    """The field of a message that is only a list of scalars (trace setting values).
+
+    Not in a model config: Triton writes it with protobuf's JSON mapping, so a reshape is
+    ``{"shape": [2, 2]}`` and a specific version policy ``{"versions": [1]}``."""
+    if desc.file.name == _MODEL_CONFIG_FILE:
+        return None
     if len(desc.fields) == 1:
         fd = desc.fields[0]
         if is_repeated(fd) and fd.message_type is None:

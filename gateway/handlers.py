@@ -22,6 +22,7 @@ from inference import http_route_pb2 as hr
 
 from .binary import HEADER_LENGTH, BinaryReader, header_length, raw_binary_parts, response_headers
 from .compression import choose_encoding, compress
+from .config_json import triton_config_json
 from .errors import GatewayError, rpc_error
 from .generate import build_generate_request, load_generate_json
 from .generate_stream import GenerateCall
@@ -99,7 +100,10 @@ class Handlers:
             return self._status(route, response)
         if not route.output_type.fields:
             return HttpResponse(200)
-        return json_response(render_response(route, response))
+        rendered = render_response(route, response)
+        if route.rpc == "ModelConfig":  # Triton's REST config has its own int64 quirks
+            rendered = triton_config_json(rendered)
+        return json_response(rendered)
 
     def _generate(
         self, binding: Binding, params: dict[str, str], request: HttpRequest

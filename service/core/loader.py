@@ -31,6 +31,7 @@ from ..repository.completion import (
 )
 from ..repository.ensemble_config import ConfigLookup, step_shapes, validate_ensemble
 from ..repository.limits import ConfigLimits, load_refusal
+from ..repository.normalize import normalize_model_config
 from ..scheduling.ensemble import EnsembleScheduler, StepRunner
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker
@@ -94,6 +95,7 @@ def _load_once(
 ) -> ModelVersion:
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
+    normalize_model_config(config)  # as read (Triton's GetNormalizedModelConfig)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
     instances: list[ModelInstance | RequestInstance] = []
     try:
@@ -200,6 +202,8 @@ def _open_instances(
         check_against_signature(config, signature)
         if not isinstance(first, RequestInstance):  # a tensor backend takes ragged ones flat
             check_ragged_inputs(config, signature)
+    # Again after auto-complete (Triton's UpdateModelConfig), before any initialize sees it.
+    normalize_model_config(config)
     finish = getattr(first, "finish_loading", None)
     steps: list[Callable[[], object]] = [finish] if finish is not None else []
     steps += [functools.partial(backend.open, config, path, spec) for spec in specs[1:]]
@@ -263,6 +267,7 @@ def load_ensemble(
     model_lifecycle completes the ensemble's label provider from the producing step)."""
     config = mc.ModelConfig()
     config.CopyFrom(base_config)
+    normalize_model_config(config)
     model = ModelVersion(config.name, version, config, state=ModelState.LOADING)
     try:
         refusal = load_refusal(config, limits or ConfigLimits())

@@ -188,8 +188,9 @@ def validate_ensemble(config: mc.ModelConfig, lookup: ConfigLookup) -> dict[str,
         if output.name not in produced:
             raise ConfigError(f"ensemble output '{output.name}' is not produced by any step")
     order = _check_acyclic(config)
-    if _decoupled_flow(config, order, decoupled):
-        config.model_transaction_policy.decoupled = True
+    # Set either way, as Triton's ValidateEnsembleConfig does: clients see it present.
+    config.model_transaction_policy.SetInParent()
+    config.model_transaction_policy.decoupled = _decoupled_flow(config, order, decoupled)
     return {name: info.datatype for name, info in produced.items()}
 
 

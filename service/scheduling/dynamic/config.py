@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from inference import model_config_pb2 as mc
 
+from ...repository.normalize import fill_preferred_batch_size
+
 __all__ = ["prepare_dynamic_batching"]
 
 
 def prepare_dynamic_batching(config: mc.ModelConfig) -> None:
     """Complete ``config.dynamic_batching`` in place; ValueError names what is wrong."""
     batching = config.dynamic_batching
-    if not batching.preferred_batch_size and config.max_batch_size > 0:
-        batching.preferred_batch_size.append(config.max_batch_size)
+    fill_preferred_batch_size(batching.preferred_batch_size, config.max_batch_size)
     name = config.name
     for size in batching.preferred_batch_size:
         if size <= 0:

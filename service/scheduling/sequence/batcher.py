@@ -33,6 +33,7 @@ from ...backends.base import (
     StateShapes,
 )
 from ...errors import Cancelled, Internal, InvalidArgument, ServerError, Unavailable
+from ...repository.normalize import SEQUENCE_IDLE_DEFAULT_US
 from ...statistics import BatchTimings, ModelStats
 from ..abandoned import caller_gone, count_if_delivered_too_late
 from ..base import Array, ExecutionResult, Job
@@ -52,7 +53,6 @@ _CORRID = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 #: The message the other queued requests of a cancelled sequence get with code CANCELLED:
 #: none, as Triton 2.51 answers them (its Status(CANCELLED), checked on the reference).
 SEQUENCE_CANCELLED = ""
@@ -110,7 +110,7 @@ class SequenceBatchScheduler:
         # of its own, and a model may release a request with RESCHEDULE to run it again.
         self._iterative = batching.iterative_sequence
         self._sequence_ids = itertools.count(1)
-        idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
+        idle_us = batching.max_sequence_idle_microseconds or SEQUENCE_IDLE_DEFAULT_US
         self._table = SequenceTable(
             config.name, len(pool.workers), capacity, idle_us * 1000, self._released
         )
