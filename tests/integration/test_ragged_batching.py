@@ -153,7 +153,10 @@ def _process_lines(server: ServerProcess) -> str:
 
 
 def _stream(url: str, model: str, name: str, arrays: list[np.ndarray], output: str) -> list[Any]:
-    """Send every array on one stream (so they queue together); the answers in order."""
+    """Send every array on one stream (so they queue together); the answers in the
+    order sent. A stream answers in completion order, and a model of several instances
+    (ONNX Runtime's default on the CPU: two) may finish a later request first, so each
+    answer is put back in its place by its request id."""
     client = grpcclient.InferenceServerClient(url)
     answers: queue.Queue[Any] = queue.Queue()
 
@@ -162,11 +165,14 @@ def _stream(url: str, model: str, name: str, arrays: list[np.ndarray], output: s
 
     client.start_stream(callback=partial(callback, answers))
     try:
-        for array in arrays:
+        for index, array in enumerate(arrays):
             tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
             tensor.set_data_from_numpy(array)
             client.async_stream_infer(
-                model, [tensor], outputs=[grpcclient.InferRequestedOutput(output)]
+                model,
+                [tensor],
+                outputs=[grpcclient.InferRequestedOutput(output)],
+                request_id=str(index),
             )
         results = [answers.get(timeout=30) for _ in arrays]
     finally:
@@ -174,6 +180,7 @@ def _stream(url: str, model: str, name: str, arrays: list[np.ndarray], output: s
         client.close()
     for result in results:
         assert not isinstance(result, Exception), result
+    results.sort(key=lambda r: int(r.get_response().id))
     return [r.as_numpy(output) for r in results]
 
 
