@@ -16,11 +16,11 @@ import socket
 import struct
 import time
 
+from .own_sockets import own_sockets
+
 __all__ = ["close_listeners"]
 
 log = logging.getLogger(__name__)
-
-_FD_DIR = "/proc/self/fd"
 
 
 def close_listeners(port: int, *, wait_s: float = 0.05) -> int:
@@ -34,25 +34,18 @@ def close_listeners(port: int, *, wait_s: float = 0.05) -> int:
     accepts within microseconds) or after ``wait_s``.
     """
     try:
-        fds = [int(name) for name in os.listdir(_FD_DIR)]
+        sockets = own_sockets()
     except OSError:
         return 0
     closed = 0
-    for fd in fds:
-        try:
-            if not os.readlink(f"{_FD_DIR}/{fd}").startswith("socket:"):
-                continue
-            probe = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue  # closed meanwhile, or not ours to look at
-        with probe:
-            if not _is_listener_on(probe, port):
-                continue
-            _wait_accept_queue_empty(probe, wait_s)
-            with socket.socket(probe.family, socket.SOCK_STREAM) as standin:
-                os.dup2(standin.fileno(), fd, inheritable=False)
-            closed += 1
-        # Leaving the block closed the last reference to the listening socket.
+    for fd, probe in sockets:
+        if not _is_listener_on(probe, port):
+            continue
+        _wait_accept_queue_empty(probe, wait_s)
+        with socket.socket(probe.family, socket.SOCK_STREAM) as standin:
+            os.dup2(standin.fileno(), fd, inheritable=False)
+        closed += 1
+        # Moving on closes the probe: the last reference to the listening socket.
     log.debug("closed %d listening socket(s) on port %d", closed, port)
     return closed
 

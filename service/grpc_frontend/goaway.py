@@ -16,18 +16,19 @@ before, its connections closed with it (UNAVAILABLE, never CANCELLED). Decision 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
-import os
 import socket
 import struct
 import termios
+
+from .own_sockets import own_sockets
 
 __all__ = ["QUIET_S", "connections_quiet", "wait_quiet"]
 
 #: How long no byte may have arrived on any connection before GOAWAY goes out.
 QUIET_S = 0.1
 _POLL_S = 0.02
-_FD_DIR = "/proc/self/fd"
 _ESTABLISHED = 1  # tcp_info.tcpi_state
 _LAST_DATA_RECV = 52  # tcp_info.tcpi_last_data_recv: ms since data last arrived
 
@@ -55,18 +56,12 @@ def connections_quiet(port: int, quiet_s: float = QUIET_S) -> bool:
     been quiet for ``quiet_s`` (False where ``/proc/self/fd`` cannot be read: not
     Linux, where no GOAWAY is sent)."""
     try:
-        fds = [int(name) for name in os.listdir(_FD_DIR)]
+        sockets = own_sockets()
     except OSError:
         return False
     quiet_ms = int(quiet_s * 1000)
-    for fd in fds:
-        try:
-            if not os.readlink(f"{_FD_DIR}/{fd}").startswith("socket:"):
-                continue
-            probe = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue  # closed meanwhile, or not ours to look at
-        with probe:
+    with contextlib.closing(sockets):
+        for _fd, probe in sockets:
             try:
                 if not _quiet(probe, port, quiet_ms):
                     return False
