@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from loadtest import RESULTS
+from loadtest.metrics import process_cpu_seconds
 from loadtest.report import publish, table
 from loadtest.scenario import Scenario, register
 
@@ -94,10 +95,8 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
 """
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system seconds of one process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_seconds(pids: list[int]) -> float:
+    return sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def _drive(
@@ -114,7 +113,7 @@ def _drive(
 
     for call in calls:  # warm up
         call()
-    cpu0 = sum(_cpu_seconds(p) for p in pids)
+    cpu0 = _cpu_seconds(pids)
     start = time.perf_counter()
     threads = [threading.Thread(target=loop, args=(i, c)) for i, c in enumerate(calls)]
     for thread in threads:
@@ -124,7 +123,7 @@ def _drive(
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
-    cpu = sum(_cpu_seconds(p) for p in pids) - cpu0
+    cpu = _cpu_seconds(pids) - cpu0
     return sum(counts), wall, cpu
 
 
