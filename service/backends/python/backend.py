@@ -423,7 +423,9 @@ class PythonInstance:
                         if not call.final[index]:
                             call.final[index] = True
                             call.rescheduled.append(index)
-                ended = done and all(call.final)
+                # every request ended and execute returned (now, or with an earlier
+                # message: a non-decoupled model's late response from its own thread)
+                ended = (done or call.executed.is_set()) and all(call.final)
                 if ended:
                     self._calls.pop(call_id, None)
             for index, refs, error, final, tensors in answers:
@@ -434,10 +436,8 @@ class PythonInstance:
                 _send(call.senders[index], outputs, _model_error(error), final)
             if done:
                 call.executed.set()
-            if ended or (call.executed.is_set() and all(call.final)):
+            if ended:
                 call.answered.set()
-                with self._lock:
-                    self._calls.pop(call_id, None)
         elif tag == "bls":
             serve_bls(self._worker.channel, self._worker.send, message, fd)
         elif tag == "control":
