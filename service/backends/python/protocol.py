@@ -123,15 +123,8 @@ class Channel:
     def sibling(self, sock: socket.socket) -> Channel:
         """A second link to the same peer over the same regions: what one link sends
         into a region the other may release, so both share the pool and the mappings."""
-        other = Channel.__new__(Channel)
-        other.sock = sock
-        other.inline_limit = self.inline_limit
-        other.pool = self.pool
-        other.maps = self.maps
-        other._send_lock = threading.Lock()
-        other._buffer = bytearray(_READ_BYTES)
-        other._start = other._end = 0
-        other._fds = collections.deque()
+        other = Channel(sock, self.inline_limit)
+        other.pool, other.maps = self.pool, self.maps  # its own (empty) ones unused
         return other
 
     def pending(self) -> bool:
