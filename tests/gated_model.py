@@ -92,11 +92,13 @@ class _Logged(Protocol):
 def wait_pending(server: _Logged, model: str, count: int, timeout: float = 30.0) -> None:
     """Until the server holds ``count`` requests of ``model`` (queued or executing), read
     from its ``nv_inference_pending_request_count`` gauge."""
-    match = _METRICS_LINE.search(server.log)
-    assert match, f"no metrics endpoint in the log:\n{server.log}"
+    deadline = time.monotonic() + timeout
+    # The metrics line follows the gRPC one that readiness waits for: it may come later.
+    while (match := _METRICS_LINE.search(server.log)) is None:
+        assert time.monotonic() < deadline, f"no metrics endpoint in the log:\n{server.log}"
+        time.sleep(0.01)
     url = f"http://127.0.0.1:{match.group(1)}/metrics"
     sample = f'nv_inference_pending_request_count{{model="{model}",version="1"}} {count}'
-    deadline = time.monotonic() + timeout
     while True:
         with urllib.request.urlopen(url, timeout=10) as reply:
             if sample in reply.read().decode().splitlines():

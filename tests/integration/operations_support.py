@@ -112,6 +112,9 @@ def slow_inputs(rows: int) -> dict[str, np.ndarray]:
 
 
 def metrics_port(server: ServerProcess) -> int:
+    """The metrics endpoint's port, from the log. Its line follows the gRPC one, which
+    the server's readiness waits for, so it may come a moment after the server is up."""
+    server.wait_for_log("Started Metrics Service at ")
     match = _METRICS_LINE.search(server.log)
     assert match, f"no metrics endpoint in the log:\n{server.log}"
     return int(match.group(1))

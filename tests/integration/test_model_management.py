@@ -549,6 +549,7 @@ def test_reload_under_load_loses_no_request(
 
 
 def _metrics_url(server: ServerProcess) -> str:
+    server.wait_for_log("Started Metrics Service at ")  # may follow readiness
     found = re.search(r"Started Metrics Service at ([^\s]+)", server.log)
     assert found is not None, server.log
     return f"http://{found.group(1)}/metrics"

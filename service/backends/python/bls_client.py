@@ -59,6 +59,7 @@ class BlsClient:
         self.channel = channel
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._released = False  # a reference given back since the last barrier
         self._waiting: dict[int, queue.Queue[Answer]] = {}
         self._controls: dict[int, queue.Queue[tuple[Any, str | None]]] = {}
 
@@ -99,6 +100,18 @@ class BlsClient:
         nothing to do once the server is gone."""
         with contextlib.suppress(OSError):
             self.channel.send(("metric", 0, operation, args))
+            self._released = True
+
+    def release_barrier(self) -> None:
+        """Before an execute's answer leaves on the calls link: once the server has
+        served every reference given back during the call. Releases travel on the services
+        link, unanswered, so without this a client could read ``/metrics`` after its
+        response and still see a family the model dropped (Triton's stub releases
+        synchronously). One round trip, only after a release."""
+        if self._released:
+            self._released = False
+            with contextlib.suppress(OSError, pb_utils.TritonModelException):
+                self.call("metric", "barrier")
 
     def call(self, tag: str, operation: str, *args: Any) -> Any:
         """Send one call and wait for its ``control_reply``: the result, or

@@ -27,6 +27,8 @@ def serve_metric(owner: Hashable, reply: Reply, message: tuple[Any, ...]) -> Non
             result = CUSTOM_METRICS.update(*args)
         elif operation == "release":
             CUSTOM_METRICS.release(owner, *args)
+        elif operation == "barrier":  # answered after every release sent before it
+            pass
         else:
             error = "Unknown metric operation"
     except MetricError as exc:

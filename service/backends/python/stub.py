@@ -249,6 +249,7 @@ class Stub:
             if isinstance(sender, _WatchedSender):
                 sender.detach()
         del requests, result  # lets the input region be released with the reply
+        self.bls.release_barrier()
         with self.batch_lock:
             items = self.batches.pop(call_id, [])
         self._send_responses(call_id, decoupled, items, done=True, rescheduled=rescheduled)
