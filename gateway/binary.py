@@ -32,7 +32,7 @@ HEADER_LENGTH = "inference-header-content-length"
 _ATOI = re.compile(r"\s*([+-]?\d+)")
 
 
-def header_length(body: bytes, header_value: str | None) -> int:
+def header_length(body: bytes | bytearray, header_value: str | None) -> int:
     """Length of the JSON header: the header's value (read as C's ``atoi`` reads it, as
     Triton does: a value that is not a number is 0), or the whole body without it."""
     if header_value is None:
@@ -50,7 +50,7 @@ def header_length(body: bytes, header_value: str | None) -> int:
 class BinaryReader:
     """Hands out consecutive slices of the body after the JSON header, one per binary input."""
 
-    def __init__(self, body: bytes, start: int, model_name: str) -> None:
+    def __init__(self, body: bytes | bytearray, start: int, model_name: str) -> None:
         self._body = body
         self._offset = start
         self._model = model_name
@@ -79,13 +79,13 @@ def raw_binary_request(
 ) -> pb.ModelInferRequest:
     """``raw_binary_parts`` as one message."""
     request, raw = raw_binary_parts(body, config, model_name, model_version)
-    request.raw_input_contents.append(raw)
+    request.raw_input_contents.append(bytes(raw))
     return request
 
 
 def raw_binary_parts(
-    body: bytes, config: ModelConfig, model_name: str, model_version: str
-) -> tuple[pb.ModelInferRequest, bytes]:
+    body: bytes | bytearray, config: ModelConfig, model_name: str, model_version: str
+) -> tuple[pb.ModelInferRequest, bytes | memoryview]:
     """(the request without its data, the data). Header length 0: the body is the data
     of the model's only input, shaped from its configuration as Triton's core does
     (``InferenceRequest::Normalize``): a batch dimension of 1 if the model batches, and
@@ -123,14 +123,14 @@ def raw_binary_parts(
                 f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have "
                 "input shape [1]",
             )
-        body = serialize_bytes_tensor([body])
+        body = serialize_bytes_tensor([bytes(body)])
     elif dynamic != -1:
         dtype = DATATYPES.get(datatype)
         size = count * (dtype.itemsize if dtype is not None else 1)
         shape[dynamic] = len(body) // size if size else 0
     request = pb.ModelInferRequest(model_name=model_name, model_version=model_version)
     request.inputs.add(name=spec.name, datatype=datatype, shape=shape)
-    return request, body
+    return request, body if isinstance(body, bytes) else memoryview(body)  # uncopied
 
 
 def response_headers(json_length: int, has_binary: bool) -> list[tuple[bytes, bytes]]:

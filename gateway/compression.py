@@ -23,7 +23,7 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _ENCODINGS = ("identity", "gzip", "deflate")
 
 
-def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+def decompress(body: bytes | bytearray, encoding: str | None, limit: int) -> bytes | bytearray:
     """The body as sent, inflated when it is gzip or deflate encoded."""
     name = (encoding or "identity").strip().lower()
     if name == "identity" or not name:
@@ -56,7 +56,7 @@ def _too_large(limit: int) -> GatewayError:
     )
 
 
-def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
+def _inflate(body: bytes | bytearray, wbits: int, limit: int, name: str) -> bytes:
     gzip = wbits == _GZIP_WBITS
     announced = int.from_bytes(body[-4:], "little") if gzip and len(body) >= 18 else 0
     if limit < announced <= len(body) * _MAX_RATIO:  # a size the body could really hold

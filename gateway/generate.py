@@ -69,7 +69,7 @@ class JsonObject(list[tuple[str, Any]]):
         return next(value for name, value in self if name == key)
 
 
-def load_generate_json(body: bytes) -> Any:
+def load_generate_json(body: bytes | bytearray) -> Any:
     """The body as JSON (objects as ``JsonObject``); Triton's text when it is not JSON."""
     try:
         return json.loads(body, object_pairs_hook=JsonObject)

@@ -179,12 +179,13 @@ class Handlers:
             raise
         started = time.time_ns() if trace is not None else 0
         head, parts = encode_infer(response, call)
-        out = b"".join((head, *parts)) if parts else head
         headers = response_headers(len(head), bool(parts))
         encoding = choose_encoding(request.headers.get("accept-encoding"))
         if encoding is not None:
-            out = compress(out, encoding)
+            head = compress(b"".join((head, *parts)) if parts else head, encoding)
+            parts = []
             headers.append((b"content-encoding", encoding.encode("ascii")))
         if trace is not None:
             trace.phase("translate_response", started)
-        return HttpResponse(200, out, headers)
+        # The binary outputs go out from where they arrived, after the JSON head.
+        return HttpResponse(200, head, headers, parts)

@@ -69,6 +69,11 @@ _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: Below glibc's mmap threshold: each recv() allocates this much before it shrinks.
 _READ_SIZE = 64 * 1024
+#: A body of declared length from this size on is received into one buffer of that length
+#: (``recv_into``): no 64 KiB pieces copied by the parser and joined again.
+_DIRECT_BODY = 256 * 1024
+#: The most one ``recv_into`` of such a body asks for: a server closing is seen between.
+_DIRECT_READ = 4 << 20
 
 
 def body_too_large(size: int, limit: int) -> GatewayError:
@@ -83,6 +88,7 @@ class _Incoming:
     """One request as it is parsed; ``early`` is an answer decided before its body."""
 
     __slots__ = (
+        "buffer",
         "chunks",
         "early",
         "expect",
@@ -103,6 +109,7 @@ class _Incoming:
         self.headers: dict[str, str] = {}
         self.headers_done = False
         self.chunks: list[bytes] = []
+        self.buffer: bytearray | None = None  # a large body of declared length
         self.size = 0
         self.keep_alive = True
         self.http10 = False
@@ -181,8 +188,7 @@ class Connection:
     def __init__(self, server: ServerState, sock: socket.socket) -> None:
         self._server = server
         self._sock = sock
-        self._parser = httptools.HttpRequestParser(self)
-        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self._parser = _new_parser(self)
         self._url = b""
         self._header_bytes = 0
         self._incoming: _Incoming | None = None  # being parsed
@@ -222,6 +228,9 @@ class Connection:
                 # A body being received keeps its thread (a read waits idle_timeout at most);
                 # between requests and inside a header, a client that is not sending parks.
                 receiving = incoming is not None and incoming.headers_done
+                if receiving and incoming is not None and incoming.buffer is not None:
+                    self._receive_body(incoming)
+                    continue
                 if not receiving and not self._readable_soon():
                     # A header still arriving has waited since its request began.
                     self.waiting_since = (
@@ -328,6 +337,14 @@ class Connection:
         if declared.isdigit() and int(declared) > limit:
             self._refuse(body_too_large(int(declared), limit))
             return
+        if (
+            declared.isdigit()
+            and int(declared) >= _DIRECT_BODY
+            and "transfer-encoding" not in headers
+        ):
+            # Zero pages until written: a client that declares much and sends little
+            # commits only what it sent.
+            incoming.buffer = bytearray(int(declared))
         if headers.get("expect", "").lower() == "100-continue" and not incoming.http10:
             if self._ready:
                 incoming.expect = True  # sent when the requests before it are answered
@@ -338,11 +355,35 @@ class Connection:
         incoming = self._incoming
         if incoming is None:
             return
+        start = incoming.size
         incoming.size += len(body)
         if incoming.size > self._server.max_body_bytes:
             self._refuse(body_too_large(incoming.size, self._server.max_body_bytes))
             return
-        incoming.chunks.append(body)
+        if incoming.buffer is not None:
+            incoming.buffer[start : incoming.size] = body
+        else:
+            incoming.chunks.append(body)
+
+    def _receive_body(self, incoming: _Incoming) -> None:
+        """The rest of a large body of declared length, read into its buffer (the bytes
+        the parser saw with the head are there already). The parser, left in the body,
+        is replaced by a fresh one for the next request on the connection."""
+        buffer = incoming.buffer
+        assert buffer is not None
+        total = len(buffer)
+        with memoryview(buffer) as view:
+            while incoming.size < total:
+                if self._server.closing:
+                    return  # the serve loop sees it and closes
+                count = self._sock.recv_into(
+                    view[incoming.size :], min(total - incoming.size, _DIRECT_READ)
+                )
+                if count == 0:
+                    raise ConnectionResetError("the client closed inside the body")
+                incoming.size += count
+        self._parser = _new_parser(self)
+        self.on_message_complete()
 
     def on_message_complete(self) -> None:
         incoming = self._incoming
@@ -383,7 +424,11 @@ class Connection:
             response = incoming.early
             if response is None:
                 chunks = incoming.chunks
-                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                body: bytes | bytearray
+                if incoming.buffer is not None:
+                    body = incoming.buffer
+                else:
+                    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 request = HttpRequest(incoming.method, incoming.url, incoming.headers, body)
                 request.query = incoming.query
                 if server.log_requests:
@@ -391,12 +436,14 @@ class Connection:
                 response = server.handler(request)
             keep = incoming.keep_alive and not server.closing
             if response.stream is None:
-                head = self._head(response.status, response.headers, len(response.body), keep)
+                parts = [response.body, *response.parts]
+                length = sum(memoryview(part).nbytes for part in parts)
+                head = self._head(response.status, response.headers, length, keep)
                 _sent(response)  # before the last write: whoever reads the answer sees it done
-                if incoming.method == "HEAD" or not response.body:
+                if incoming.method == "HEAD" or not length:
                     self._sock.sendall(head)
                 else:  # the body as it is, beside the head: a large one is not copied
-                    send_parts(self._sock, [head, response.body])
+                    send_parts(self._sock, [head, *parts], len(head) + length)
             else:
                 keep = self._send_stream(response, keep, incoming.http10)
             if not keep:
@@ -439,6 +486,12 @@ class Connection:
         parts.append(self._server.date_line())
         parts.append(b"\r\n" if keep else b"connection: close\r\n\r\n")
         return b"".join(parts)
+
+
+def _new_parser(connection: Connection) -> httptools.HttpRequestParser:
+    parser = httptools.HttpRequestParser(connection)
+    parser.set_dangerous_leniencies(lenient_chunked_length=True)
+    return parser
 
 
 def _sent(response: HttpResponse) -> None:

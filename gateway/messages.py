@@ -31,7 +31,8 @@ class HttpRequest:
     method: str
     raw_path: bytes
     headers: dict[str, str]
-    body: bytes = b""
+    #: A large body of declared length is received straight into a bytearray.
+    body: bytes | bytearray = b""
     #: gRPC metadata sent with every call made for this request (trace context, keys).
     metadata: tuple[tuple[str, str], ...] = ()
     #: The gateway's span for this request when it is traced (inference routes only).
@@ -51,6 +52,9 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=lambda: [JSON])
+    #: Sent after ``body``, each from where it is (an inference answer's binary outputs:
+    #: views of what the service sent), so a large answer is never joined into one copy.
+    parts: list[bytes | memoryview] = field(default_factory=list)
     stream: Generator[bytes, None, None] | None = None
     on_sent: Callable[[], None] | None = None
 

@@ -255,7 +255,7 @@ class V1Handlers:
                     f"unexpected size for input '{given.name}', expecting {missing} more "
                     f"bytes for model '{model}'",
                 )
-            raw.append(body[offset : offset + size])
+            raw.append(bytes(memoryview(body)[offset : offset + size]))  # one copy
             offset += size
         if offset != len(body):
             raise V1Failure(rs.INVALID_ARG, f"unexpected additional input data for model '{model}'")

@@ -62,7 +62,7 @@ class InferCall:
         return self.outgoing.whole()
 
 
-def load_json(data: bytes | memoryview, what: str) -> Any:
+def load_json(data: bytes | bytearray | memoryview, what: str) -> Any:
     """A JSON body; Triton's text when it is not JSON (``what`` is for our logs only)."""
     try:
         return orjson.loads(data)

@@ -73,7 +73,15 @@ class Servers:
 
     def start(self) -> None:
         self.ours.start(timeout=120)
-        self.gateway = GatewayProcess(self.ours.url).start(timeout=60)
+        # serve.sh's environment for the gateway: huge-page malloc (decision 045); the
+        # service's supervisor sets it for its own children.
+        tunables = os.environ.get("GLIBC_TUNABLES", "")
+        if "glibc.malloc.hugetlb" not in tunables:
+            tunables = (
+                f"{tunables}:glibc.malloc.hugetlb=1" if tunables else "glibc.malloc.hugetlb=1"
+            )
+        env = {"GLIBC_TUNABLES": tunables}
+        self.gateway = GatewayProcess(self.ours.url, env=env).start(timeout=60)
         self.triton.start(timeout=180)
 
     def urls(self, label: str) -> dict[str, str]:

@@ -30,6 +30,7 @@ __all__ = [
     "SPLIT_MIN_BYTES",
     "WireInferResponse",
     "serialize_infer_response",
+    "serialized_parts",
     "split_infer_request",
 ]
 
@@ -70,8 +71,13 @@ class WireInferResponse:
         self._full: pb.ModelInferResponse | None = None
 
     def serialize(self) -> bytes:
-        parts = raw_fields.entries(raw_fields.RAW_OUTPUT_FIELD, self.raw)
-        return b"".join([self.message.SerializeToString(), *parts])
+        return b"".join(self.parts())
+
+    def parts(self) -> list[raw_fields.Bytes]:
+        """The serialized message in pieces, the outputs' bytes where they are: a
+        transport that writes a list (the local socket) sends it without the join."""
+        entries = raw_fields.entries(raw_fields.RAW_OUTPUT_FIELD, self.raw)
+        return [self.message.SerializeToString(), *entries]
 
     def __getattr__(self, name: str) -> Any:
         if self._full is None:
@@ -84,3 +90,13 @@ def serialize_infer_response(response: Message | WireInferResponse) -> bytes:
     if type(response) is WireInferResponse:
         return response.serialize()
     return response.SerializeToString()
+
+
+def serialized_parts(
+    response: Any, serializer: Callable[[Any], bytes]
+) -> Sequence[raw_fields.Bytes]:
+    """Any method's response serialized, as pieces: a large ModelInfer answer's outputs
+    stay where they are (``WireInferResponse.parts``), anything else is one piece."""
+    if type(response) is WireInferResponse:
+        return response.parts()
+    return (serializer(response),)

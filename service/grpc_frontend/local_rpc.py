@@ -20,12 +20,15 @@ import os
 import socket
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
 from wire import local_frames as frames
+from wire.raw_fields import Bytes
+
+from .large_messages import serialized_parts
 
 __all__ = ["LocalContext", "LocalRpcServer", "bind_local_socket", "unlink_quietly"]
 
@@ -70,18 +73,32 @@ class LocalContext:
             callback(self)
 
 
-def answer_frame(code: grpc.StatusCode, details: str, payload: bytes = b"") -> list[bytes]:
+def answer_frame(code: grpc.StatusCode, details: str, payload: Sequence[Bytes] = ()) -> list[Bytes]:
+    """The answer's frame as pieces: the payload's are written as they are, not joined."""
     text = details.encode()
-    head = frames.answer_head(code.value[0], text, len(payload))
-    return [head, text, payload] if payload else [head, text]
+    size = sum(memoryview(part).nbytes for part in payload)
+    return [frames.answer_head(code.value[0], text, size), text, *payload]
 
 
-class _Connection(asyncio.Protocol):
-    __slots__ = ("_buffer", "_server", "_transport")
+#: Bytes a connection reads at once; frames up to this size are copied out of it.
+_READ_BYTES = 256 << 10
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """The loop reads into this connection's own buffer (no ``bytes`` made per read):
+    a small frame is copied out of it whole, so it is reused; a frame larger than it
+    (a large tensor) is read straight into a buffer of its size, which the request then
+    holds views of: one copy from the socket, none after."""
+
+    __slots__ = ("_buffer", "_end", "_large", "_large_filled", "_server", "_start", "_transport")
 
     def __init__(self, server: LocalRpcServer) -> None:
         self._server = server
-        self._buffer = bytearray()
+        self._buffer = bytearray(_READ_BYTES)
+        self._start = 0  # the first byte not yet taken as a frame
+        self._end = 0  # the first byte not yet read
+        self._large: bytearray | None = None  # the frame being read into its own buffer
+        self._large_filled = 0
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,33 +110,52 @@ class _Connection(asyncio.Protocol):
             self._server.connections.discard(self._transport)
         self._transport = None
 
-    def data_received(self, data: bytes) -> None:
-        if self._buffer:
-            self._buffer += data
-            pending: bytes | bytearray = self._buffer
-        else:
-            pending = data
-        view = memoryview(pending)
-        offset = 0
-        while len(view) - offset >= 4:
-            (size,) = frames.SIZE.unpack_from(view, offset)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled :]
+        if self._end == len(self._buffer):  # a frame's start at the end: move it to the front
+            kept = self._end - self._start
+            self._buffer[:kept] = self._buffer[self._start : self._end]
+            self._start, self._end = 0, kept
+        return memoryview(self._buffer)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        large = self._large
+        if large is not None:
+            self._large_filled += nbytes
+            if self._large_filled == len(large):
+                self._large = None
+                self._dispatch(memoryview(large))
+            return
+        self._end += nbytes
+        buffer, start, end = self._buffer, self._start, self._end
+        while end - start >= 4:
+            (size,) = frames.SIZE.unpack_from(buffer, start)
             if size > self._server.max_frame:
                 self._refuse(size)
                 return
-            end = offset + 4 + size
-            if len(view) < end:
+            frame_end = start + 4 + size
+            if frame_end <= end:
+                with memoryview(buffer) as view:
+                    frame = bytes(view[start + 4 : frame_end])
+                self._dispatch(memoryview(frame))
+                start = frame_end
+            elif 4 + size > len(buffer):  # never fits: read the rest into its own buffer
+                large = bytearray(size)  # zero pages until written
+                large[: end - start - 4] = buffer[start + 4 : end]
+                self._large, self._large_filled = large, end - start - 4
+                start = end
                 break
-            task = asyncio.get_running_loop().create_task(self._call(view[offset + 4 : end]))
-            self._server.tasks.add(task)
-            task.add_done_callback(self._server.tasks.discard)
-            offset = end
-        if offset == 0 and pending is self._buffer:
-            view.release()  # no frame took a view of it: it keeps growing in place
-        elif offset < len(view):
-            # A new buffer: the frames handed out keep views of the old one.
-            self._buffer = bytearray(view[offset:])
-        else:
-            self._buffer = bytearray()
+            else:
+                break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+
+    def _dispatch(self, frame: memoryview) -> None:
+        task = asyncio.get_running_loop().create_task(self._call(frame))
+        self._server.tasks.add(task)
+        task.add_done_callback(self._server.tasks.discard)
 
     def _refuse(self, size: int) -> None:
         """A call larger than the server takes: answered as grpc does, then the
@@ -129,7 +165,7 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def _send(self, parts: list[bytes]) -> None:
+    def _send(self, parts: list[Bytes]) -> None:
         if self._transport is not None:
             self._transport.writelines(parts)
 
@@ -145,11 +181,11 @@ class _Connection(asyncio.Protocol):
             return
         context = LocalContext(metadata)
         request = handler.request_deserializer(message)
-        payload = b""
+        payload: Sequence[Bytes] = ()
         try:
             response = await handler.unary_unary(request, context)
             if context.code is grpc.StatusCode.OK:
-                payload = handler.response_serializer(response)
+                payload = serialized_parts(response, handler.response_serializer)
         except _Aborted:
             pass
         except Exception as exc:  # what grpc.aio answers for an exception it did not expect

@@ -24,7 +24,12 @@ class GatewayProcess(LoggedProcess):
     name = "gateway"
     started = _STARTED
 
-    def __init__(self, grpc_target: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        grpc_target: str,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         server = LOCAL_SOCKETS.get(grpc_target)
         local = server.local_socket if server is not None and server.running else ""
         if local and not any(a.startswith("--grpc-local-socket") for a in extra_args):
@@ -41,7 +46,8 @@ class GatewayProcess(LoggedProcess):
                 "--http-port",
                 "0",
                 *extra_args,
-            ]
+            ],
+            env,
         )
 
     def start(self, timeout: float = 30.0) -> GatewayProcess:

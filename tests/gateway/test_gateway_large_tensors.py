@@ -7,8 +7,11 @@ raw binary request (no JSON header) carries a large body too.
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
@@ -74,3 +77,77 @@ def test_a_large_raw_binary_request(gateway: GatewayProcess) -> None:
     assert reply.status == 200, reply.body[:300]
     length = int(reply.headers["inference-header-content-length"])
     assert reply.body[length:] == data.tobytes()
+
+
+def _raw_infer(data: bytes) -> bytes:
+    """Triton's raw binary request for ``ident`` (the body is the input's data)."""
+    head = (
+        "POST /v2/models/ident/infer HTTP/1.1\r\nHost: x\r\n"
+        "Inference-Header-Content-Length: 0\r\nContent-Type: application/octet-stream\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+_READY = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _read_reply(stream: BinaryIO) -> tuple[int, bytes]:
+    """One HTTP/1.1 answer of a known length off a kept-alive connection."""
+    status = int(stream.readline().split()[1])
+    length = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return status, stream.read(length)
+
+
+def _connect(gateway: GatewayProcess) -> socket.socket:
+    host, port = gateway.url.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=60)
+
+
+def _output_of(body: bytes, size: int) -> bytes:
+    return body[len(body) - size :]
+
+
+def test_a_large_body_then_a_pipelined_request(gateway: GatewayProcess) -> None:
+    """The rest of a large body is read into its own buffer and the parser restarts after
+    it: a request sent right behind it, in the same write, is answered next."""
+    data = _data(SPLIT * 3 + 5).tobytes()
+    with _connect(gateway) as sock, sock.makefile("rb") as stream:
+        sock.sendall(_raw_infer(data) + _READY)
+        status, body = _read_reply(stream)
+        assert status == 200, body[:300]
+        assert _output_of(body, len(data)) == data
+        assert _read_reply(stream) == (200, b"")
+
+
+def test_a_large_body_in_pieces_on_a_kept_connection(gateway: GatewayProcess) -> None:
+    """A body that comes in several writes (the head with its first bytes, then the rest
+    in pieces), twice on one connection, then a small request."""
+    data = _data(SPLIT * 2).tobytes()
+    message = _raw_infer(data)
+    with _connect(gateway) as sock, sock.makefile("rb") as stream:
+        for _ in range(2):
+            pieces = [message[:1000], message[1000:200_000], message[200_000:]]
+            for piece in pieces:
+                sock.sendall(piece)
+                time.sleep(0.05)
+            status, body = _read_reply(stream)
+            assert status == 200, body[:300]
+            assert _output_of(body, len(data)) == data
+        sock.sendall(_READY)
+        assert _read_reply(stream) == (200, b"")
+
+
+def test_a_client_gone_inside_a_large_body_loses_nothing_else(gateway: GatewayProcess) -> None:
+    """A client that declares a large body and leaves after part of it: its connection
+    ends, and the next client is served."""
+    data = _data(SPLIT * 2).tobytes()
+    with _connect(gateway) as sock:
+        sock.sendall(_raw_infer(data)[: SPLIT // 2])
+    status = http_request(gateway.url, "GET", "/v2/health/ready").status
+    assert status == 200
+    test_binary_round_trips_keep_every_byte(gateway, SPLIT + 3)

@@ -179,6 +179,21 @@ def test_infer_raw_with_variable_dims(base: str) -> None:
     np.testing.assert_array_equal(np.frombuffer(outputs[1], np.float32).reshape(2, 3), a - b)
 
 
+def test_infer_a_large_body(base: str) -> None:
+    """A body from 256 KiB is received into one buffer (gateway/http11.py); the v1 inputs
+    are cut from it as before."""
+    a = np.arange(40000, dtype=np.float32)
+    b = np.full(40000, 2, dtype=np.float32)
+    header = (
+        'batch_size: 1 input { name: "INPUT0" dims: 40000 } input { name: "INPUT1" dims: 40000 } '
+        'output { name: "OUTPUT0" }'
+    )
+    reply = infer(base, "add_sub", header, a.tobytes() + b.tobytes())
+    assert_status(reply, 200, "SUCCESS")
+    _, outputs = split_body(reply)
+    np.testing.assert_array_equal(np.frombuffer(outputs[0], np.float32), a + b)
+
+
 def test_status_infer_stats_by_batch_size_over_http(base: str) -> None:
     """/api/status shows a v1 HTTP request under its header's batch_size, in text and JSON
     (where the map's uint32 keys are strings)."""
