@@ -9,11 +9,11 @@ On the first SIGTERM/SIGINT, or when the service it follows starts its stop
 listener closes (new connections are refused, so a load balancer moves to another
 replica), requests on the open connections are served as before, and once a second
 ``Timeout N: Found M HTTP service connections`` is logged, counting the exit timeout down,
-until no connection is left or the timeout is spent; connections still open then are
-closed (a request still running has its RPC cancelled and a moment to answer 503, and the
-process exits 1, as Triton does with work left at the exit timeout). The seconds left, and
-how many requests were cut off, go back to the service, whose core stop gets them. A second
-signal stops at once.
+until no connection is left or the timeout is spent. Connections still open then are
+closed; a request still running on one gets no answer (Triton's client reads the end of
+the connection and not a byte), its RPC is cancelled, and the process exits 1, as Triton
+does with work left at the exit timeout. The seconds left, and how many requests were cut
+off, go back to the service, whose core stop gets them. A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["serve", "ssl_context"]
 
 log = logging.getLogger("gateway")
-
-#: After the exit timeout: how long requests whose RPC was cancelled get to answer.
-_CUT_OFF_GRACE = 0.5
 
 
 def ssl_context(https: HttpsConfig | None) -> ssl.SSLContext | None:
@@ -127,7 +124,7 @@ def serve(config: GatewayConfig, worker: WorkerLink | None = None) -> int:
     cut = server.in_flight  # requests the spent exit timeout abandons
     if link is not None:
         link.report(left, cut)  # the service's core stop gets what is left
-    _close(app, server, stop, cut)
+    _close(server, cut)
     app.shutdown()
     return 1 if cut else 0
 
@@ -148,12 +145,12 @@ def _stop_http(server: HttpServer, stop: _Stop) -> float:
     return left
 
 
-def _close(app: GatewayApp, server: HttpServer, stop: _Stop, cut: int) -> None:
-    """Close what is still open: a request still running (``cut`` of them) has its RPC
-    cancelled and a moment to answer (503) before its connection closes."""
-    grace = 0.0
+def _close(server: HttpServer, cut: int) -> None:
+    """Close what is still open. A request still running (``cut`` of them) gets no answer:
+    Triton's HTTP endpoint is gone once its exit timeout is spent, and its client reads
+    the connection's end (FIN) and no bytes. So its connection is shut first, and only
+    then (``app.shutdown``) its RPC cancelled, which frees its thread: the error that the
+    cancel returns finds the socket shut and is never sent."""
     if cut:
         log.warning("Exit timeout: %d request(s) still in flight", cut)
-        app.close_channel()
-        grace = 0.0 if stop.forced.is_set() else _CUT_OFF_GRACE
-    server.close(grace)
+    server.close(0.0)
