@@ -86,8 +86,42 @@ def snapshot(versions: Iterable[ModelVersion], cache: bool = False) -> Snapshot:
     return table
 
 
+#: What a plain request's validation depends on, besides its version: per input its
+#: name, datatype, shape and byte count; the names of the outputs it asks for (None:
+#: all). Only for a request without parameters (its own, its tensors') whose inputs are
+#: raw and not BYTES: for those ``prepare_job`` reads nothing else, so one that passed
+#: gives the same ``Checked`` for every request with the same signature.
+Signature = tuple[tuple[tuple[str, str, tuple[int, ...], int], ...], tuple[str, ...] | None]
+
+#: Signatures remembered per version; past this the memo starts over (a client sending
+#: ever new shapes costs a validation each, as without it, and no memory).
+PASSED_MAX = 256
+
+
+def _signature(request: InferRequest) -> Signature | None:
+    """``request``'s Signature, or None when it has parameters, shared memory, typed
+    contents or BYTES inputs (the full check then runs)."""
+    if request.parameters:
+        return None
+    inputs = []
+    for tensor in request.inputs:
+        raw = tensor.raw
+        if raw is None or tensor.parameters or tensor.datatype == "BYTES":
+            return None
+        inputs.append((tensor.name, tensor.datatype, tensor.shape, len(raw)))
+    outputs = request.outputs
+    if not outputs:
+        return tuple(inputs), None
+    names = []
+    for output in outputs:
+        if output.parameters:
+            return None
+        names.append(output.name)
+    return tuple(inputs), tuple(names)
+
+
 class _Version:
-    __slots__ = ("cached", "generation", "model")
+    __slots__ = ("cached", "generation", "model", "passed")
 
     def __init__(
         self, name: str, version: int, generation: int, config: bytes, cached: bool, labels: Labels
@@ -98,6 +132,10 @@ class _Version:
         self.model.outputs = io_specs(list(parsed.output))
         self.generation = generation
         self.cached = cached
+        # Signatures of requests that passed ``prepare_job`` against this very load (a
+        # reload is a new _Version), with the mark they got. Never for a cached model:
+        # its mark carries a key of the input values.
+        self.passed: dict[Signature, tuple[Checked, ModelVersion]] = {}
 
 
 class ModelSnapshot:
@@ -130,7 +168,14 @@ class ModelSnapshot:
         outputs with (core/shaping.py) should the engine run that very version, even if a
         reload replaces it here meanwhile."""
         known = self._versions.get((request.model_name, request.model_version))
-        if known is None or uses_shared_memory(request):
+        if known is None:
+            return None
+        signature = None if known.cached else _signature(request)
+        if signature is not None:
+            hit = known.passed.get(signature)
+            if hit is not None:  # the same checks passed for this signature before
+                return hit
+        elif uses_shared_memory(request):
             return None
         for tensor in request.inputs:
             if tensor.raw is None or tensor.datatype == "BYTES":
@@ -144,7 +189,12 @@ class ModelSnapshot:
             small_key(model.name, model.version, job.inputs, job.outputs) if known.cached else None
         )
         outputs = job.outputs if request.outputs else None
-        return (known.generation, job.batch_size, outputs, key), model
+        mark = (known.generation, job.batch_size, outputs, key), model
+        if signature is not None:
+            if len(known.passed) >= PASSED_MAX:
+                known.passed.clear()
+            known.passed[signature] = mark
+        return mark
 
 
 def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) -> Job:

@@ -15,6 +15,7 @@ from engine_link import knows, linked
 
 from inference import model_config_pb2 as mc
 from service.cache import HASH_INLINE_BYTES, cache_key
+from service.core import checked as checked_module
 from service.core.checked import ModelSnapshot, checked_job, snapshot
 from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
@@ -231,3 +232,65 @@ async def test_the_frontend_computes_the_response_cache_key_of_small_inputs(
     rows = HASH_INLINE_BYTES // 32 + 1  # two FP32 inputs of 4 values a row: over the limit
     big = table.check(_add_sub(rows=rows))
     assert big is not None and big[3] is None
+
+
+async def test_a_request_like_one_that_passed_is_not_checked_again(
+    manager: ModelManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same signature (names, datatypes, shapes, byte counts, outputs asked for) gets
+    the mark the first request got, without ``prepare_job`` running again."""
+    table = _frontend(manager)
+    calls: list[InferRequest] = []
+
+    def counted(model: ModelVersion, request: InferRequest) -> object:
+        calls.append(request)
+        return prepare_job(model, request)
+
+    monkeypatch.setattr(checked_module, "prepare_job", counted)
+    first = table.mark(_add_sub())
+    again = table.mark(_add_sub(id="other"))
+    assert first is not None and again == first and len(calls) == 1
+    asked = table.mark(_add_sub(outputs=[RequestedOutput("OUTPUT1")]))
+    assert asked is not None and asked[0][2] == ["OUTPUT1"] and len(calls) == 2
+
+
+async def test_what_differs_from_a_request_that_passed_is_checked_in_full(
+    manager: ModelManager,
+) -> None:
+    """After a request passed, each variant the engine must refuse is still left to it:
+    the memo holds only what the checks read, and only for requests without parameters."""
+    table = _frontend(manager)
+    assert table.check(_add_sub()) is not None
+    assert table.check(_add_sub(outputs=[RequestedOutput("OUTPUT0")])) is not None
+    bad_type = _add_sub()
+    bad_type.inputs[0].datatype = "INT32"
+    short = _add_sub()
+    short.inputs[1].raw = short.inputs[1].raw[:-4]  # type: ignore[index]
+    renamed = _add_sub()
+    renamed.inputs[1].name = "INPUT2"
+    doubled = _add_sub()
+    doubled.inputs[1].name = "INPUT0"
+    region = _add_sub()
+    region.inputs[0].parameters = {"shared_memory_region": "r"}
+    for request in (
+        bad_type,
+        short,
+        renamed,
+        doubled,
+        region,
+        _add_sub(parameters={"priority": -1}),
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 0})]),
+        _add_sub(outputs=[RequestedOutput("OUTPUT9")]),
+        _add_sub(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": "r"})]),
+    ):
+        assert table.check(request) is None, request
+
+
+async def test_a_reload_forgets_what_passed_against_the_old_version(
+    manager: ModelManager,
+) -> None:
+    table = _frontend(manager)
+    assert table.check(_add_sub(rows=2)) is not None
+    await manager.load("add_sub", override=_config(manager, max_batch_size=1))
+    table.update(snapshot(manager.loaded()))
+    assert table.check(_add_sub(rows=2)) is None  # over the new max_batch_size
