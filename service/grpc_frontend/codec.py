@@ -31,6 +31,7 @@ from ..types import (
     TensorSpec,
     UInt64,
 )
+from .encoded_response import EncodedInferResponse, encode_small_response
 from .large_messages import SPLIT_MIN_BYTES, WireInferResponse
 
 __all__ = [
@@ -247,10 +248,16 @@ def _as_bytes(raw: list[bytes | memoryview]) -> list[bytes]:
 
 def encode_unary_infer_response(
     response: InferResponse, max_bytes: int
-) -> pb.ModelInferResponse | WireInferResponse:
+) -> pb.ModelInferResponse | WireInferResponse | EncodedInferResponse:
     """``encode_infer_response`` for a unary answer, whose serializer takes either kind:
     large outputs stay out of the message and are written after it, copied once
-    (``large_messages.py``)."""
+    (``large_messages.py``). A small one without parameters, far from the limit, is
+    written straight to its wire bytes (``encoded_response.py``)."""
+    if not response.parameters:
+        raw = _raw_outputs(response.outputs)
+        size = sum(map(len, raw))
+        if size < SPLIT_MIN_BYTES and size + 65536 <= max_bytes:  # _check_total: nothing
+            return EncodedInferResponse(encode_small_response(response, _as_bytes(raw)))
     message, raw, size = _encode(response, max_bytes)
     if size < SPLIT_MIN_BYTES:
         message.raw_output_contents.extend(_as_bytes(raw))

@@ -26,6 +26,8 @@ from inference import grpc_service_pb2 as pb
 from wire import raw_fields
 from wire.raw_fields import SplitMessage
 
+from .encoded_response import EncodedInferResponse
+
 __all__ = [
     "SPLIT_MIN_BYTES",
     "WireInferResponse",
@@ -85,8 +87,12 @@ class WireInferResponse:
         return getattr(self._full, name)
 
 
-def serialize_infer_response(response: Message | WireInferResponse) -> bytes:
-    """ModelInfer's response serializer: either kind of response."""
+def serialize_infer_response(
+    response: Message | WireInferResponse | EncodedInferResponse,
+) -> bytes:
+    """ModelInfer's response serializer: any of the three kinds of response."""
+    if type(response) is EncodedInferResponse:
+        return response.data
     if type(response) is WireInferResponse:
         return response.serialize()
     return response.SerializeToString()

@@ -30,6 +30,7 @@ from .codec import (
     encode_system_shm_status,
     encode_unary_infer_response,
 )
+from .encoded_response import EncodedInferResponse
 from .header_forward import forward_headers
 from .large_messages import WireInferResponse
 from .registration import Malformed
@@ -142,7 +143,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @grpc_errors
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
-    ) -> pb.ModelInferResponse | WireInferResponse:
+    ) -> pb.ModelInferResponse | WireInferResponse | EncodedInferResponse:
         tracing = self._tracing
         if tracing is not None and tracing.active:  # the one check while tracing is off
             trace = tracing.begin("ModelInfer", request, context.invocation_metadata())
