@@ -9,10 +9,13 @@ threads, ONNX Runtime's pools, Python model workers; ``loadtest/roles.py``).
 ``--profile S`` then samples the costliest process of each workload for S seconds with
 py-spy (``record --native``) and reduces it to where the samples went
 (``loadtest/profile_summary.py``). Issue 37 item 1: every cut is judged by this table.
+``--baseline-ref REF`` serves REF's tree (``git archive``) beside this one, rounds
+alternating between them, each with its own columns: a before/after from one run.
 
     .venv/bin/python -m loadtest cost-budget                  # ~2 min; results/cost_budget.md
     .venv/bin/python -m loadtest cost-budget --profile 4      # + a native profile each
     .venv/bin/python -m loadtest cost-budget --frontends 0 --only add_sub --quick
+    .venv/bin/python -m loadtest cost-budget --only add_sub --baseline-ref main --rounds 6
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ from loadtest.report import command, fmt, loadavg, median, publish, short_commit
 from loadtest.repository import add_sub, batching, identity_backend
 from loadtest.roles import ROLE_ORDER, classify, per_request, snapshot
 from loadtest.scenario import Scenario, register, window_args
+from loadtest.scenarios.cpu_bench import baseline_tree
 
 PY_ADD_SUB = REPO_ROOT / "tests" / "python_models" / "add_sub" / "1" / "model.py"
 PY_IDENTITY = """import triton_python_backend_utils as pb_utils
@@ -193,39 +198,62 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         bodies[work.key] = tmp / f"{work.key}.body"
         bodies[work.key].write_bytes(work.body())
     flags = ["--frontends", str(args.frontends), "--allow-metrics=false"]
-    server = ServerProcess([tmp / "repo"], extra_args=flags).start(timeout=120)
-    gateway: GatewayProcess | None = None
-    try:
-        gateway = GatewayProcess(server.url).start(timeout=60)
-        windows = _rounds(server, gateway, workloads, bodies, args)
+    with ExitStack() as stack:
+        trees = [("", REPO_ROOT)]
+        if args.baseline_ref:
+            trees.append(
+                (f" @ {args.baseline_ref}", stack.enter_context(baseline_tree(args.baseline_ref)))
+            )
+        served = [_serve(stack, tmp / "repo", flags, suffix, tree) for suffix, tree in trees]
+        windows = _rounds(served, workloads, bodies, args)
+        server, gateway = served[0][1], served[0][2]
         profiles = _profiles(
             server, gateway, workloads, bodies, windows, args.profile, tmp,
             args.profile_kind, args.profile_gil,
         )  # fmt: skip
-        gateway.stop(timeout=30)
-    finally:
-        if gateway is not None and gateway.running:
-            gateway.kill()
-        code = server.stop(timeout=60)
-    if code != 0:
-        raise RuntimeError(f"the server exited with {code}:\n{server.log[-2000:]}")
-    return {"workloads": workloads, "windows": windows, "profiles": profiles}
+        for _, each, its_gateway in served:
+            its_gateway.stop(timeout=30)
+            code = each.stop(timeout=60)
+            if code != 0:
+                raise RuntimeError(f"the server exited with {code}:\n{each.log[-2000:]}")
+    columns = [w.key + suffix for suffix, _ in trees for w in workloads]
+    return {"workloads": workloads, "windows": windows, "profiles": profiles, "columns": columns}
+
+
+Served = tuple[str, ServerProcess, GatewayProcess]
+
+
+def _serve(stack: ExitStack, repo: Path, flags: list[str], suffix: str, tree: Path) -> Served:
+    """The service from ``tree`` (this one, or a ``--baseline-ref``'s ``git archive``, its
+    own packages first) with a REST gateway of this tree on its local socket."""
+    env = {} if tree == REPO_ROOT else {"PYTHONPATH": f"{tree}{os.pathsep}{tree / 'protos'}"}
+    server = ServerProcess([repo], extra_args=flags, env=env)
+    server.cwd = tree
+    stack.callback(lambda: server.running and server.kill())
+    server.start(timeout=120)
+    gateway = GatewayProcess(server.url)
+    stack.callback(lambda: gateway.running and gateway.kill())
+    gateway.start(timeout=60)
+    return suffix, server, gateway
 
 
 def _rounds(
-    server: ServerProcess, gateway: GatewayProcess, workloads: Sequence[Workload],
-    bodies: Mapping[str, Path], args: argparse.Namespace,
+    served: Sequence[Served], workloads: Sequence[Workload], bodies: Mapping[str, Path],
+    args: argparse.Namespace,
 ) -> dict[str, list[Window]]:  # fmt: skip
+    """Each round runs every workload on each tree, the trees' order alternating, so the
+    machine's other load falls on both alike."""
     windows: dict[str, list[Window]] = {}
     for index in range(args.rounds):
-        for work in workloads:
-            window = run_window(server, gateway, work, bodies[work.key], args.duration)
-            windows.setdefault(work.key, []).append(window)
-            print(
-                f"round {index + 1} {work.key:>16}: {window.total_us:7.0f} µs/req "
-                f"{window.req_s:7.0f} req/s (hottest: {window.hottest_kind})",
-                file=sys.stderr,
-            )
+        for suffix, server, gateway in served if index % 2 == 0 else served[::-1]:
+            for work in workloads:
+                window = run_window(server, gateway, work, bodies[work.key], args.duration)
+                windows.setdefault(work.key + suffix, []).append(window)
+                print(
+                    f"round {index + 1} {work.key + suffix:>24}: {window.total_us:7.0f} µs/req "
+                    f"{window.req_s:7.0f} req/s (hottest: {window.hottest_kind})",
+                    file=sys.stderr,
+                )
     return windows
 
 
@@ -316,19 +344,16 @@ def report(args: argparse.Namespace, argv: Sequence[str], data: Mapping[str, Any
         values = [w.roles.get(role, 0.0) for w in windows[key]]
         return fmt(median(values), 0) if any(values) else ""
 
-    head = ["role", *(w.key for w in workloads)]
-    rows = [[role, *(cell(w.key, role) for w in workloads)] for role in roles]
+    # A --baseline-ref's windows are columns of their own ("add_sub @ main").
+    columns: list[str] = data.get("columns") or [w.key for w in workloads]
+    head = ["role", *columns]
+    rows = [[role, *(cell(key, role) for key in columns)] for role in roles]
+    rows.append(["**total**", *(fmt(median(x.total_us for x in windows[k]), 0) for k in columns)])
+    rows.append(["req/s", *(fmt(median(x.req_s for x in windows[k]), 0) for k in columns)])
     rows.append(
-        ["**total**", *(fmt(median(x.total_us for x in windows[w.key]), 0) for w in workloads)]
+        ["others' cores", *(fmt(median(x.others_cores for x in windows[k]), 2) for k in columns)]
     )
-    rows.append(["req/s", *(fmt(median(x.req_s for x in windows[w.key]), 0) for w in workloads)])
-    rows.append(
-        [
-            "others' cores",
-            *(fmt(median(x.others_cores for x in windows[w.key]), 2) for w in workloads),
-        ]
-    )
-    lines += table(head, rows, "l" + "r" * len(workloads))
+    lines += table(head, rows, "l" + "r" * len(columns))
     lines += ["", "Workloads:", ""]
     lines += [f"- `{w.key}`: {w.title}" for w in workloads]
     for key, prof in data["profiles"].items():
@@ -371,6 +396,11 @@ class CostBudget(Scenario):
             "--profile-gil",
             action="store_true",
             help="sample only the thread holding the GIL (Python frames, no blocked threads)",
+        )
+        parser.add_argument(
+            "--baseline-ref",
+            default="",
+            help="also serve this git ref (git archive), rounds alternating; its own columns",
         )
         parser.add_argument("--out", type=Path, default=None)
 
