@@ -152,13 +152,14 @@ def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
     are resolved by the core (``service/shm``).
 
     Runs for every request: each protobuf field is read once (a read of a raw entry
-    copies its bytes; ``shape[:]`` copies a repeated field twice as fast as iterating it).
+    copies its bytes; ``shape[:]`` copies a repeated field twice as fast as iterating it,
+    and a slice of a repeated message field is walked faster than the field itself).
     """
     raw = request.raw_input_contents
     available = len(raw)
     inputs = []
     index = 0
-    for tensor in request.inputs:
+    for tensor in request.inputs[:]:
         contents = None
         data = None
         parameters = tensor.parameters
@@ -198,7 +199,7 @@ def decode_infer_request(request: pb.ModelInferRequest) -> InferRequest:
         inputs,
         [
             RequestedOutput(o.name, decode_parameters(o.parameters) if o.parameters else {})
-            for o in outputs
+            for o in outputs[:]
         ]
         if outputs
         else [],
