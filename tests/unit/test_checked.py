@@ -234,12 +234,9 @@ async def test_the_frontend_computes_the_response_cache_key_of_small_inputs(
     assert big is not None and big[3] is None
 
 
-async def test_a_request_like_one_that_passed_is_not_checked_again(
-    manager: ModelManager, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same signature (names, datatypes, shapes, byte counts, outputs asked for) gets
-    the mark the first request got, without ``prepare_job`` running again."""
-    table = _frontend(manager)
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[InferRequest]:
+    """Every request ``ModelSnapshot.mark`` runs ``prepare_job`` on."""
     calls: list[InferRequest] = []
 
     def counted(model: ModelVersion, request: InferRequest) -> object:
@@ -247,21 +244,30 @@ async def test_a_request_like_one_that_passed_is_not_checked_again(
         return prepare_job(model, request)
 
     monkeypatch.setattr(checked_module, "prepare_job", counted)
+    return calls
+
+
+async def test_a_request_like_one_that_passed_is_not_checked_again(
+    manager: ModelManager, checks: list[InferRequest]
+) -> None:
+    """The same signature (names, datatypes, shapes, byte counts, outputs asked for) gets
+    the mark the first request got, without ``prepare_job`` running again."""
+    table = _frontend(manager)
     first = table.mark(_add_sub())
     again = table.mark(_add_sub(id="other"))
-    assert first is not None and again == first and len(calls) == 1
+    assert first is not None and again == first and len(checks) == 1
     asked = table.mark(_add_sub(outputs=[RequestedOutput("OUTPUT1")]))
-    assert asked is not None and asked[0][2] == ["OUTPUT1"] and len(calls) == 2
+    assert asked is not None and asked[0][2] == ["OUTPUT1"] and len(checks) == 2
 
 
 async def test_what_differs_from_a_request_that_passed_is_checked_in_full(
-    manager: ModelManager,
+    manager: ModelManager, checks: list[InferRequest]
 ) -> None:
     """After a request passed, each variant the engine must refuse is still left to it:
     the memo holds only what the checks read, and only for requests without parameters."""
     table = _frontend(manager)
-    assert table.check(_add_sub()) is not None
-    assert table.check(_add_sub(outputs=[RequestedOutput("OUTPUT0")])) is not None
+    passing = [_add_sub(), _add_sub(outputs=[RequestedOutput("OUTPUT0")])]
+    assert all(table.check(request) is not None for request in passing)
     bad_type = _add_sub()
     bad_type.inputs[0].datatype = "INT32"
     short = _add_sub()
@@ -272,25 +278,35 @@ async def test_what_differs_from_a_request_that_passed_is_checked_in_full(
     doubled.inputs[1].name = "INPUT0"
     region = _add_sub()
     region.inputs[0].parameters = {"shared_memory_region": "r"}
-    for request in (
+    variants = [
         bad_type,
         short,
         renamed,
         doubled,
-        region,
         _add_sub(parameters={"priority": -1}),
         _add_sub(outputs=[RequestedOutput("OUTPUT0", {"classification": 0})]),
         _add_sub(outputs=[RequestedOutput("OUTPUT9")]),
+    ]
+    shared_memory = [
+        region,
         _add_sub(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": "r"})]),
-    ):
+    ]
+    for request in variants + shared_memory:
         assert table.check(request) is None, request
+    # Each variant was checked in full (shared memory is left to the engine unchecked);
+    # the passing requests, asked again, were not.
+    assert checks == passing + variants
+    assert all(table.check(request) is not None for request in passing)
+    assert checks == passing + variants
 
 
 async def test_a_reload_forgets_what_passed_against_the_old_version(
-    manager: ModelManager,
+    manager: ModelManager, checks: list[InferRequest]
 ) -> None:
     table = _frontend(manager)
     assert table.check(_add_sub(rows=2)) is not None
+    assert table.check(_add_sub(rows=2)) is not None and len(checks) == 1  # remembered
     await manager.load("add_sub", override=_config(manager, max_batch_size=1))
     table.update(snapshot(manager.loaded()))
     assert table.check(_add_sub(rows=2)) is None  # over the new max_batch_size
+    assert len(checks) == 2
