@@ -254,12 +254,12 @@ def encode_unary_infer_response(
     large outputs stay out of the message and are written after it, copied once
     (``large_messages.py``). A small one without parameters, far from the limit, is
     written straight to its wire bytes (``encoded_response.py``)."""
-    if not response.parameters:
-        raw = _raw_outputs(response.outputs)
-        size = sum(map(len, raw))
-        if size < SPLIT_MIN_BYTES and size + 65536 <= max_bytes:  # _check_total: nothing
-            return EncodedInferResponse(encode_small_response(response, _as_bytes(raw)))
-    message, raw, size = _encode(response, max_bytes)
+    raw = _raw_outputs(response.outputs)
+    size = sum(map(len, raw))
+    if not response.parameters and size < SPLIT_MIN_BYTES and size + 65536 <= max_bytes:
+        # _check_total would find nothing to refuse this far from the limit
+        return EncodedInferResponse(encode_small_response(response, _as_bytes(raw)))
+    message = _message(response, size, max_bytes)
     if size < SPLIT_MIN_BYTES:
         message.raw_output_contents.extend(_as_bytes(raw))
         _check_total(response, message, size, max_bytes)
@@ -277,9 +277,14 @@ def _encode(
     response: InferResponse, max_bytes: int
 ) -> tuple[pb.ModelInferResponse, list[bytes | memoryview], int]:
     """The message without its raw outputs, the raw outputs and their size."""
-    outputs = response.outputs
-    raw = _raw_outputs(outputs)
+    raw = _raw_outputs(response.outputs)
     size = sum(map(len, raw))
+    return _message(response, size, max_bytes), raw, size
+
+
+def _message(response: InferResponse, size: int, max_bytes: int) -> pb.ModelInferResponse:
+    """The message without its raw outputs (``size`` bytes in all)."""
+    outputs = response.outputs
     if size > max_bytes:
         raise _too_large(response.model_name, size, max_bytes).with_request_id(response.id)
     message = pb.ModelInferResponse(
@@ -293,7 +298,7 @@ def _encode(
         tensor.shape.extend(output.array.shape)
     if response.parameters:
         encode_parameters(message.parameters, response.parameters)
-    return message, raw, size
+    return message
 
 
 def _check_total(
