@@ -27,6 +27,7 @@ from loadtest.metrics import engine_cpu
 from loadtest.report import publish, table
 from loadtest.repository import add_sub, batching, identity_backend
 from loadtest.scenario import Scenario, register, window_args
+from service.admission import Admission
 from service.config import MetricsConfig, ServerConfig
 from service.engine.main import run_engine
 from service.frontend.client import EngineClient
@@ -85,7 +86,8 @@ class EngineBench(Scenario):
             address = f"\0engine-bench-{os.getpid()}-{secrets.token_hex(4)}"
             ctx = multiprocessing.get_context("spawn")
             ours, theirs = ctx.Pipe()
-            engine = ctx.Process(target=run_engine, args=(config, address, theirs))
+            admission = Admission(1, ctx)  # the refusal flags a supervisor would share
+            engine = ctx.Process(target=run_engine, args=(config, address, admission, theirs))
             engine.start()
             theirs.close()
             kind, _ = ours.recv()

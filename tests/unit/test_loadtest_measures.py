@@ -201,3 +201,24 @@ async def test_drive_raises_on_a_failed_call() -> None:
 
     with pytest.raises(RuntimeError, match="calls failed; first: RuntimeError: gateway"):
         await drive([call], 0.0, 0.2)
+
+
+def test_engine_bench_starts_its_engine_and_measures_its_loop() -> None:
+    """engine-bench spawns ``run_engine`` as the supervisor does (with the refusal flags'
+    ``Admission``); it failed at start once that argument was added."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "loadtest", "engine-bench", "--rounds", "1"),
+            *("--duration", "0.5", "--warmup", "0.2", "--concurrency", "4"),
+            *("--models", "add_sub_nobatch"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| add_sub_nobatch |")]
+    requests_per_s = float(row.split("|")[2].replace(",", ""))
+    assert requests_per_s > 0
