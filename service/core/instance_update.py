@@ -15,7 +15,10 @@ by two workers for a while: the retiring version's, finishing what it accepted, 
 new version's. They share the instance's execution lock (``InstanceWorker.turn``), so it
 still runs one batch at a time, and ownership (who closes it and its rate-limiter
 reservation) passes to the new worker only when the new version is swapped in
-(``hand_over``): a failed update closes what it opened and nothing else.
+(``hand_over``): a failed update closes what it opened and nothing else. The load then
+waits only for the removed instances to finish their own work and close (``let_go``);
+the old version's queue goes on to the new instances or to its kept ones, and its
+sequences in progress go on where they are, so it retires in the background.
 
 Not in place (a full reload, as before): files sent with the load, ensembles, a serving
 version that is not ready, a different set of versions, and instances that execute in
@@ -36,12 +39,13 @@ from ..backends.base import InstanceSpec, ModelInstance, RequestInstance
 from ..scheduling.factory import create_scheduler
 from ..scheduling.instances import InstancePool, InstanceWorker, Remote
 from ..scheduling.rate_limiter import RateLimiter
+from ..scheduling.sequence.batcher import SequenceBatchScheduler
 from .instance_groups import instance_specs
 from .loader import instance_workers
 from .model import ModelEntry, ModelState, ModelVersion
 from .warmup import warm_up, warmup_samples
 
-__all__ = ["hand_over", "instance_only_change", "update_instances"]
+__all__ = ["hand_over", "instance_only_change", "let_go", "update_instances"]
 
 log = logging.getLogger(__name__)
 
@@ -211,10 +215,44 @@ def _open(
     return opened
 
 
-def hand_over(model: ModelVersion) -> None:
-    """The updated version is now the serving one: its workers own the kept instances
-    (the retiring version's workers finish their work and leave them open)."""
+def hand_over(model: ModelVersion, previous: ModelVersion) -> list[InstanceWorker]:
+    """The updated ``model`` is now the serving one in place of ``previous``: its workers
+    own the kept instances (the retiring version's workers finish their work and leave
+    them open). Returns the retiring version's workers of the removed instances."""
+    kept = set()
     for old_worker, new_worker in model.carried:
         old_worker.handed_over = True
         new_worker.handed_over = False
+        kept.add(old_worker)
     model.carried.clear()
+    assert previous.pool is not None
+    return [w for w in previous.pool.workers if w not in kept]
+
+
+async def let_go(
+    model: ModelVersion, previous: ModelVersion, removed: list[InstanceWorker]
+) -> bool:
+    """Right after ``hand_over``: what the load waits for before it answers. The removed
+    instances finish their own work and close; work queued in ``previous`` and not yet
+    taken goes on to ``model``'s instances (a shared inbox) or to the kept ones (a
+    batcher), without the load waiting for it. True: the rest of ``previous`` may retire
+    in the background; False: it must retire before the load answers (a batcher whose
+    instances were all removed, whose queue only they can serve; a sequence batcher
+    with no sequence in progress, as cheap as waiting)."""
+    scheduler, pool = previous.scheduler, previous.pool
+    assert pool is not None
+    if isinstance(scheduler, SequenceBatchScheduler):
+        # The sequences in progress stay on their instances, removed ones too, as in
+        # Triton, where a removed instance lives until its sequences end: the removed
+        # instances close when the old version retires, after its sequences.
+        if isinstance(model.scheduler, SequenceBatchScheduler):
+            model.scheduler.follow(scheduler)
+        return scheduler.active_sequences() > 0
+    if pool.shares_inbox:
+        assert model.pool is not None
+        pool.forward(model.pool)
+    elif len(removed) == len(pool.workers):
+        return False
+    if removed:
+        await pool.let_go(removed)
+    return True

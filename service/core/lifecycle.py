@@ -33,9 +33,10 @@ from ..repository.staging import StagingArea, StagingFailure
 from ..repository.version_policy import missing_versions, select_versions
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
+from ..scheduling.sequence.batcher import SequenceBatchScheduler
 from .dependencies import dependency_waves, unused_composing, with_composing
 from .index import IndexEntry, index_entries
-from .instance_update import hand_over, instance_only_change, update_instances
+from .instance_update import hand_over, instance_only_change, let_go, update_instances
 from .loader import LabelLookup, load_ensemble, load_version
 from .model import ModelEntry, ModelState, ModelVersion
 from .namespaces import (
@@ -137,6 +138,9 @@ class ModelManager:
         # background, by model key: a later retirement of that model waits for them
         # first (their workers may still run on the instances it closes).
         self._retiring: dict[asyncio.Task[None], str] = {}
+        # ...and, for each, what tells it to stop waiting for its sequences in progress
+        # (set when a later retirement of that model starts).
+        self._hurry: dict[asyncio.Task[None], asyncio.Event] = {}
         # Called whenever the set of loaded versions may have changed (the engine then
         # sends its frontends a new snapshot of the models: core/checked.py).
         self.on_change: Callable[[], None] = lambda: None
@@ -576,17 +580,41 @@ class ModelManager:
 
     async def _retire_updated(self, old: ModelEntry, entry: ModelEntry) -> None:
         """The versions an instance-group update replaced: their kept instances go to the
-        new versions; the load waits only when instances were removed (they finish their
-        work and close first, as in Triton), else the old versions finish their requests
-        in the background and the update does not wait for those of kept instances."""
-        for model in entry.versions.values():
-            hand_over(model)
-        if any(model.removed for model in entry.versions.values()):
+        new versions, and the load waits only for the removed instances to finish their
+        own work and close (as in Triton: ``instance_update.let_go``); the old versions
+        finish the rest (requests queued or running on kept instances, sequences in
+        progress) in the background."""
+        pairs = [(model, old.versions[v]) for v, model in entry.versions.items()]
+        removed = [hand_over(model, previous) for model, previous in pairs]
+        background = await asyncio.gather(
+            *(let_go(m, p, r) for (m, p), r in zip(pairs, removed, strict=True))
+        )
+        if not all(background):
             await self._retire(old)
             return
-        task = asyncio.create_task(self._retire(old))
+        hurry = asyncio.Event()
+        task = asyncio.create_task(self._retire_later(old, hurry))
         self._retiring[task] = old.key
+        self._hurry[task] = hurry
         task.add_done_callback(self._retiring.pop)
+        task.add_done_callback(self._hurry.pop)
+
+    async def _retire_later(self, old: ModelEntry, hurry: asyncio.Event) -> None:
+        """Retire versions an update replaced once their sequences in progress ended (they
+        go on there: SequenceBatchScheduler.follow), or when ``hurry`` says a later
+        retirement of the model (unload, reload, shutdown) does not wait for them."""
+        ended = [
+            m.scheduler.sequences_ended()
+            for m in old.versions.values()
+            if isinstance(m.scheduler, SequenceBatchScheduler)
+        ]
+        if ended:
+            waiting: asyncio.Future[object] = asyncio.ensure_future(asyncio.gather(*ended))
+            hurried: asyncio.Future[object] = asyncio.ensure_future(hurry.wait())
+            await asyncio.wait([waiting, hurried], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            hurried.cancel()
+        await self._retire(old)
 
     async def _build(
         self,
@@ -730,7 +758,15 @@ class ModelManager:
         the staged copy the entry was loaded from. Older versions of the model an
         instance-group update left retiring in the background finish first."""
         this = asyncio.current_task()
-        older = [t for t, key in self._retiring.items() if key == entry.key and t is not this]
+        older = []
+        for task, key in self._retiring.items():  # in the order they began
+            if task is this:
+                break  # the later ones wait for this one
+            if key == entry.key:
+                older.append(task)
+        if this not in self._retiring:  # an unload, reload or shutdown: no more waiting
+            for task in older:  # for their sequences (a background one waits on)
+                self._hurry[task].set()
         if older:
             await asyncio.gather(*older)
         for model in entry.versions.values():

@@ -22,7 +22,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..backends.base import Answer, Array, ModelInstance, RequestInstance
@@ -86,6 +86,8 @@ class InstanceWorker:
         #: The instance went on to a newer version's worker: closing this worker (its
         #: version retiring) leaves the instance and its reservation alone.
         self.handed_over = False
+        #: Closed on its own, before its pool: an instance an update removed (``let_go``).
+        self.closed = False
         self.inbox: SimpleQueue[_Work | None] = SimpleQueue()
         self._thread: threading.Thread | None = None
         self._mailbox: Mailbox | None = None
@@ -154,6 +156,10 @@ class InstancePool:
         self._shared: SimpleQueue[_Work | None] | None = None
         self._started = False
         self._mailbox: Mailbox | None = None
+        # Workers an instance-group update removed that still run a batch: they are not
+        # freed again, and ``_idle`` is settled when the last one is done (``let_go``).
+        self._leaving: set[InstanceWorker] = set()
+        self._idle: asyncio.Future[None] | None = None
         #: Every instance executes in a worker process: dispatched steps run on the loop
         #: (not under the rate limiter, whose wait is the instance thread's).
         self.remote = bool(self.workers) and all(
@@ -182,7 +188,12 @@ class InstancePool:
         return worker
 
     def release(self, worker: InstanceWorker) -> None:
-        self._free.append(worker)
+        if self._leaving and worker in self._leaving:
+            self._leaving.discard(worker)
+            if not self._leaving and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
+        else:
+            self._free.append(worker)
         for listener in self._listeners:
             listener()
 
@@ -269,6 +280,68 @@ class InstancePool:
                 worker.inbox = self._shared
             self._free.clear()
 
+    @property
+    def shares_inbox(self) -> bool:
+        return self._shared is not None
+
+    def _start_shared(self) -> None:
+        if not self._started:  # the threads start with the first request, all at once
+            self._started = True
+            for worker in self.workers:
+                worker.start()
+
+    def forward(self, to: InstancePool) -> None:
+        """An instance-group update swapped in ``to`` (both share an inbox): the work
+        queued here, and any submitted here from now on, goes to ``to``'s queue, whose
+        instances (the kept ones among them) run it, in order; each thread here ends
+        after the item it runs now. The work items are the scheduler's, whichever
+        instance runs them, so their callers are answered and counted as before."""
+        ours, theirs = self._shared, to._shared
+        assert ours is not None and theirs is not None, "forward needs shared inboxes"
+        to._start_shared()
+        self._shared, self._started = theirs, True
+        while True:
+            try:
+                item = ours.get_nowait()
+            except Empty:
+                break
+            if item is not None:
+                theirs.put(item)
+        for _ in self.workers:
+            ours.put(None)
+
+    async def let_go(self, workers: Sequence[InstanceWorker]) -> None:
+        """Close ``workers`` (instances an update removed) once each has finished what
+        it runs now: none is handed out again (``forward`` has already ended the threads
+        of a shared inbox), the others keep serving. Their instances close and their
+        rate-limiter reservations go."""
+        leaving = [w for w in workers if not w.closed]
+        if self._shared is None:
+            for worker in leaving:
+                if worker in self._free:
+                    self._free.remove(worker)
+                else:
+                    self._leaving.add(worker)
+            if self._leaving:
+                self._idle = asyncio.get_running_loop().create_future()
+                await self._idle
+        await asyncio.to_thread(self._close_workers, leaving)
+
+    def _close_workers(self, workers: Sequence[InstanceWorker]) -> None:
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            worker.join()
+            if worker.closed:
+                continue
+            worker.closed = True
+            if worker.handed_over:  # a newer version's worker serves this instance now
+                continue
+            with worker.turn:  # after any execution an older version's worker runs on it
+                worker.instance.close()
+            if worker.limiter is not None and worker.reservation is not None:
+                worker.limiter.unregister(worker.reservation)
+
     def submit(self, work: Callable[[Instance], Any], deliver: Deliver) -> None:
         """Queue ``work`` for whichever instance is free first (after ``share_inbox``).
         A remote pool's too, in the threads: one request per execution pays the
@@ -276,10 +349,8 @@ class InstancePool:
         thread, which makes them without the GIL (decision 030)."""
         shared = self._shared
         assert shared is not None, "submit needs share_inbox()"
-        if not self._started:  # the threads start with the first request, all at once
-            self._started = True
-            for worker in self.workers:
-                worker.start()
+        if not self._started:
+            self._start_shared()
         shared.put((work, deliver, self.mailbox()))
 
     def mailbox(self) -> Mailbox:
@@ -296,13 +367,6 @@ class InstancePool:
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
-        for worker in self.workers:  # every thread gets its stop, even from a shared queue
-            worker.stop()
-        for worker in self.workers:
-            worker.join()
-            if worker.handed_over:  # a newer version's worker serves this instance now
-                continue
-            with worker.turn:  # after any execution an older version's worker runs on it
-                worker.instance.close()
-            if worker.limiter is not None and worker.reservation is not None:
-                worker.limiter.unregister(worker.reservation)
+        """Every thread gets its stop (even from a shared queue), then each instance not
+        closed or handed over closes and gives back its reservation."""
+        self._close_workers(self.workers)

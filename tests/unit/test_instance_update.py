@@ -179,6 +179,39 @@ async def test_removed_instances_finish_their_work_first(tmp_path: Path, gate: G
         assert gate.closed == ["m_0_0"]
 
 
+async def test_removing_does_not_wait_for_the_kept_ones(tmp_path: Path, gate: Gate) -> None:
+    """A request held on the kept instance and more queued: the load that removes the other
+    instance answers with it closed; the held and queued requests are answered after."""
+    write(tmp_path, cpu(2))
+    async with manager(tmp_path) as m:
+        await m.load("m")
+        old = m.get("m")
+        gate.held = instances(old)[0]  # m_0_0, the one the update keeps
+        answered = 0
+        running = None
+        while running is None:  # the shared queue gives a request to either instance
+            task = asyncio.create_task(infer(old))
+            while not gate.started.is_set():  # held on m_0_0, or answered by m_0_1
+                if (await asyncio.wait([task], timeout=0.01))[0]:
+                    break
+            if gate.started.is_set():
+                running = task
+            else:
+                await task
+                answered += 1
+        queued = [asyncio.create_task(infer(old)) for _ in range(4)]
+        write(tmp_path, cpu(1))
+        await asyncio.wait_for(m.load("m"), 30)
+        assert not running.done()
+        assert gate.closed == ["m_0_1"]  # finished its own work and closed
+        later = asyncio.create_task(infer(m.get("m")))
+        gate.open.set()
+        await asyncio.wait_for(asyncio.gather(running, later, *queued), 30)
+        stats = m.get("m").stats
+        assert (stats.execution_count, stats.fail.count) == (answered + 6, 0)
+    assert sorted(gate.closed) == ["m_0_0", "m_0_1"]
+
+
 async def test_other_changes_reload_everything(tmp_path: Path, gate: Gate) -> None:
     write(tmp_path, cpu(2))
     async with manager(tmp_path) as m:

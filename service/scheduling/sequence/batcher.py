@@ -122,6 +122,9 @@ class SequenceBatchScheduler:
         self._inflight = 0
         self._stopping = False  # unloading: sequences already started may still finish
         self._closed = False
+        # The scheduler of the version an instance-group update replaced, while it still
+        # has sequences in progress: their later requests go on there (``follow``).
+        self._predecessor: SequenceBatchScheduler | None = None
         pool.on_release(self._driver.wake)
 
     @property
@@ -151,6 +154,12 @@ class SequenceBatchScheduler:
                 "non-empty correlation ID"
             )
         self._check_correlation_id(job.correlation_id)
+        if self._predecessor is not None:
+            earlier = self._continued_by(job.correlation_id)
+            if earlier is not None and not job.sequence_start:
+                return await earlier.submit(job)
+            if earlier is not None:  # restarted here: the old one ends there
+                earlier._end_restarted(job.correlation_id)
         loop = asyncio.get_running_loop()
         job.enqueue_ns = self._clock()
         self._owners[id(job)] = self._table.accept(job, job.enqueue_ns)  # may raise
@@ -168,12 +177,68 @@ class SequenceBatchScheduler:
             self._owners.pop(id(job), None)
 
     def continues_sequence(self, correlation_id: int | str) -> bool:
-        """Shutdown hook (base.SequenceHolder): a sequence in progress may finish."""
-        return any(s.cid == correlation_id and not s.ending for s in self._table.sequences())
+        """Shutdown hook (base.SequenceHolder): a sequence in progress may finish (here or
+        in a version an update replaced)."""
+        if self._table.continues(correlation_id):
+            return True
+        predecessor = self._predecessor
+        return predecessor is not None and predecessor.continues_sequence(correlation_id)
 
     def active_sequences(self) -> int:
         """Shutdown hook (base.SequenceHolder): what the server's drain waits for."""
-        return len(self._table)
+        predecessor = self._predecessor
+        return len(self._table) + (predecessor.active_sequences() if predecessor else 0)
+
+    def follow(self, predecessor: SequenceBatchScheduler) -> None:
+        """This scheduler's version replaced ``predecessor``'s in an instance-group
+        update (core/instance_update.py): the sequences in progress there stay there, on
+        their instance and with their state, as Triton keeps a sequence's slot through
+        an update; their later requests arrive here and are passed on until they end."""
+        if predecessor.active_sequences():
+            self._predecessor = predecessor
+
+    def _continued_by(self, cid: int | str | None) -> SequenceBatchScheduler | None:
+        """The replaced scheduler where a request for ``cid`` (no START) continues its
+        sequence, if it is not one of ours."""
+        if cid is None or self._table.continues(cid):
+            return None
+        predecessor = self._predecessor
+        while predecessor is not None:
+            if predecessor._closed:  # retired: so are the ones before it
+                if predecessor is self._predecessor:
+                    self._predecessor = None
+                break
+            if predecessor._table.continues(cid):
+                return predecessor
+            predecessor = predecessor._predecessor
+        if self._predecessor is not None and not self._predecessor.active_sequences():
+            self._predecessor = None  # all of them ended: nothing more to pass on
+        return None
+
+    def _end_restarted(self, cid: int | str | None) -> None:
+        """A START for ``cid`` began a sequence in the version that replaced this one:
+        the one here ends early (what it queued still runs), as a START ends a live
+        sequence of that ID within one scheduler (``SequenceTable.accept``)."""
+        sequence = self._table.route(cid) if cid is not None else None
+        if sequence is None:
+            return
+        log.warning(
+            "sequence %s for model '%s' has a conflict. The previous sequence did not end "
+            "before this sequence start. Previous sequence will be terminated early.",
+            cid,
+            self._name,
+        )
+        self._table.end(sequence)
+        if sequence.finished:
+            self._table.release(sequence)
+        self._driver.wake()
+
+    async def sequences_ended(self) -> None:
+        """Wait until every sequence here has ended or idled out (an instance-group update
+        retires this version in the background after that)."""
+        while len(self._table):
+            self._driver.wake()
+            await asyncio.sleep(0.05)
 
     def _check_correlation_id(self, cid: int | str | None) -> None:
         """The id must fit the CORRID control's type, or every row of its batch would fail."""

@@ -120,6 +120,14 @@ class SequenceTable:
             self._end(sequence)
         return sequence
 
+    def continues(self, cid: CorrelationId) -> bool:
+        """A request for ``cid`` without START joins a sequence here."""
+        return cid in self._routes
+
+    def route(self, cid: CorrelationId) -> LiveSequence | None:
+        """The sequence a request for ``cid`` without START joins (None: none)."""
+        return self._routes.get(cid)
+
     def end(self, sequence: LiveSequence) -> None:
         """End ``sequence`` as an END request would (iterative sequences end when the
         request that started them is released for good)."""
