@@ -5,8 +5,9 @@ The same architecture and weights (``tests/models.py``'s ``mlp_weights``: ``laye
 OpenVINO IR, with a config per backend (``framework-backends`` serves them), and
 ``bench``: back-to-back runs of one model at one batch size by its own framework, set up
 as the server's backend sets it up (threads, inference mode, a v1 session on the
-SavedModel's ``serve`` MetaGraph), in a process of its own so that no pool of another
-framework runs beside it. Run by the server's Python (all four frameworks installed):
+SavedModel's ``serve`` MetaGraph, TensorFlow's environment defaults: Eigen kernels, not
+oneDNN's, decision 062), in a process of its own so that no pool of another framework runs
+beside it. Run by the server's Python (all four frameworks installed):
 
     python -m loadtest.framework_mlp write ROOT --width 2048 --layers 3 --threads 2 --batching
     python -m loadtest.framework_mlp bench pytorch ROOT/mlp_pytorch --batch 16 --threads 2
@@ -31,6 +32,18 @@ if str(REPO_ROOT / "tests") not in sys.path:
     sys.path.append(str(REPO_ROOT / "tests"))
 
 from models import mlp_model, mlp_weights
+
+from service.backends.tensorflow.rules import TF_ENVIRONMENT
+
+
+def _import_tensorflow() -> Any:
+    """TensorFlow, imported under the environment defaults the server's backend sets."""
+    for name, value in TF_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    import tensorflow as tf
+
+    return tf
+
 
 BACKENDS = ("onnxruntime", "pytorch", "tensorflow", "openvino")
 MAX_RUNS = 100_000  # bounds a measurement whatever the clock does
@@ -115,9 +128,7 @@ def _write_torch(path: Path, width: int, layers: int) -> None:
 
 
 def _write_tensorflow(path: Path, width: int, layers: int) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
+    tf = _import_tensorflow()
     weights = [(tf.constant(w), tf.constant(b)) for w, b in mlp_weights(width, layers, 0)]
 
     class Mlp(tf.Module):
@@ -200,9 +211,7 @@ def _runner(backend: str, folder: Path, batch: int, width: int, threads: int) ->
 
         return run_torch
     if backend == "tensorflow":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tensorflow as tf
-
+        tf = _import_tensorflow()
         graph = tf.Graph()
         session_config = tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=threads,

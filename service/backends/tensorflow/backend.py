@@ -9,6 +9,9 @@ tensorflow backend runs them (tensorflow_backend r24.10).
 * Threads: the session's intra- and inter-op pools are its own (per-session threads) and
   sized to the instance's share of the cores unless TF_NUM_INTRA_THREADS /
   TF_NUM_INTER_THREADS say, so that instances do not oversubscribe the machine.
+* Kernels: TensorFlow's Eigen kernels, not its oneDNN ones (``rules.TF_ENVIRONMENT``,
+  decision 062): oneDNN's MatMul reorders all its weights again on every call whose batch
+  size wants another weight layout than the first call's, as the batcher's sizes vary.
 
 ``Session.run`` releases the GIL, so instances in worker threads run in parallel.
 """
@@ -23,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info lines off
+from .rules import TF_ENVIRONMENT
+
+# Read once, at TensorFlow's import: set first, unless the environment already says.
+os.environ.update({name: os.environ.get(name, value) for name, value in TF_ENVIRONMENT.items()})
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
