@@ -1,5 +1,6 @@
-"""Which models an ensemble calls, the order that loads callees before callers, and the
-composing models an unload with ``unload_dependents`` takes along."""
+"""Which models an ensemble calls, the order that loads callees before callers, the
+composing models an unload with ``unload_dependents`` takes along, and the ensembles an
+unload takes out until their steps are back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..repository.config_file import ConfigError, read_config
 from ..repository.ensemble_config import composing_models
 from ..repository.layout import ModelDirectory
 
-__all__ = ["dependency_waves", "unused_composing", "with_composing"]
+__all__ = ["callers", "dependency_waves", "unused_composing", "with_composing"]
 
 
 def _ensemble_calls(directory: ModelDirectory) -> list[str]:
@@ -90,3 +91,28 @@ def unused_composing(
             out.append(callee)
             pending.append(callee)
     return out
+
+
+def callers(removed: Iterable[str], calls: Mapping[str, Collection[str]]) -> list[str]:
+    """The ensembles that lose a step when ``removed`` go: those calling a removed model,
+    and those calling such an ensemble, and so on up nested ensembles. Triton's
+    dependency graph finds each of them invalid (a composing model is missing) and
+    unloads it, with or without ``unload_dependents`` (DependencyGraph::RemoveNode marks
+    a removed node's downstreams affected).
+
+    ``calls``: each model in the table -> the keys it calls. Outermost first, the order
+    to unload them in, so no ensemble outlives a step it still calls.
+    """
+    gone = set(removed)
+    found: list[str] = []
+    frontier = set(gone)
+    while frontier:
+        layer = sorted(
+            key
+            for key, called in calls.items()
+            if key not in gone and frontier.intersection(called)
+        )
+        gone.update(layer)
+        found.extend(layer)
+        frontier = set(layer)
+    return found[::-1]

@@ -34,7 +34,7 @@ from ..repository.version_policy import missing_versions, select_versions
 from ..scheduling.ensemble import StepRunner
 from ..scheduling.rate_limiter import RateLimiter
 from ..scheduling.sequence.batcher import SequenceBatchScheduler
-from .dependencies import dependency_waves, unused_composing, with_composing
+from .dependencies import callers, dependency_waves, unused_composing, with_composing
 from .index import IndexEntry, index_entries
 from .instance_update import hand_over, instance_only_change, let_go, update_instances
 from .loader import LabelLookup, load_ensemble, load_version
@@ -130,6 +130,10 @@ class ModelManager:
         # its (then empty) set, which Triton's lookups tell from a name never known.
         self._names: dict[str, set[str]] = {}
         self._unloaded: set[str] = set()
+        # Ensembles an unload took out because a model they call went (Triton keeps their
+        # nodes, missing that upstream): each is loaded again, as it was, once every model
+        # it calls is back; an unload or load of it by name forgets it here.
+        self._waiting: dict[str, ModelEntry] = {}
         self._loading: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._staging = StagingArea()
@@ -215,18 +219,16 @@ class ModelManager:
                 f"failed to load '{name}': the 'config' parameter must be provided with "
                 "'file:' parameters, to serve as the model configuration"
             )
-        if not files or (override is not None and override.platform == "ensemble"):
-            await self._load_composing(name, override)
-        if self._namespacing:
-            try:
-                if files:
-                    await self._load_one(name, override, files)
-                else:
-                    await self._load_named(name, override)
-            finally:
-                await self._relink()
-            return
-        await self._load_one(name, override, files)
+        try:
+            if not files or (override is not None and override.platform == "ensemble"):
+                await self._load_composing(name, override)
+            if not self._namespacing or files:  # sent files: no namespace (Triton)
+                await self._load_one(name, override, files)
+            else:
+                await self._load_named(name, override)
+        finally:  # what came in may complete ensembles an unload took out
+            await self._restore_waiting()
+            await self._relink()
 
     async def _load_one(
         self, name: str, override: mc.ModelConfig | None, files: Mapping[str, bytes] | None
@@ -277,25 +279,43 @@ class ModelManager:
             keys = sorted(self._names.get(name, ()))
             if not keys and not keys_named(self._discover(), name):
                 raise NotFound(f"failed to unload '{name}': no model '{name}' is known")
-        if unload_dependents:
-            for dependent in self.dependents(name):
-                await self._locked_unload(dependent)
         calls = {key: self._call_keys(entry) for key, entry in self._models.items()}
-        for key in keys:
+        # Ensembles waiting for a model still call theirs (Triton keeps those edges).
+        waiting = {key: self._call_keys(entry) for key, entry in self._waiting.items()}
+        removed = list(keys)
+        if unload_dependents:  # the composing models nothing else needs go too
+            known = self._models | self._waiting
+            explicit = {key for key, entry in known.items() if entry.explicit}
+            removed += unused_composing(keys, calls | waiting, explicit)
+        # Whatever the flag, the ensembles left without a step go first, and wait.
+        for key in callers(removed, calls):
+            entry = self._models.get(key)
             await self._locked_unload(key)
-        if unload_dependents:  # then the composing models nothing else needs
-            explicit = {key for key, entry in self._models.items() if entry.explicit}
-            for key in unused_composing(keys, calls, explicit):
-                await self._locked_unload(key)
+            if entry is not None and not entry.staged:  # a staged copy goes with it
+                self._waiting[key] = entry
+        for key in removed:
+            await self._locked_unload(key)
         await self._relink()
 
-    def dependents(self, name: str) -> list[str]:
-        """Loaded ensembles (their keys) that call ``name`` in one of their steps."""
-        return [
-            key
-            for key, entry in self._models.items()
-            if any(name in composing_models(m.config) for m in entry.versions.values())
-        ]
+    async def _restore_waiting(self) -> None:
+        """Load again each ensemble an unload took out whose models are all back, with
+        the config and flag it had, callees before callers (Triton re-checks a missing
+        node's downstreams when a model of that name is added)."""
+        while True:
+            back = [
+                (key, entry)
+                for key, entry in self._waiting.items()
+                if all(
+                    callee in self._models and self._models[callee].ready_versions()
+                    for callee in self._call_keys(entry)
+                )
+            ]
+            if not back:
+                return
+            for key, entry in back:
+                del self._waiting[key]
+                log.info("loading '%s' again: the models it calls are back", key)
+                await self._locked_replace(entry.directory, entry.override, explicit=entry.explicit)
 
     def _call_keys(self, entry: ModelEntry) -> list[str]:
         """The keys of the models an ensemble calls (its steps' links with namespacing)."""
@@ -492,6 +512,7 @@ class ModelManager:
     async def _locked_unload(self, key: str) -> None:
         async with self._lock(key):
             entry = self._models.pop(key, None)
+            self._waiting.pop(key, None)
             self._unloaded.add(key)
             if entry is not None:
                 self._names.get(entry.name, set()).discard(key)
@@ -567,6 +588,7 @@ class ModelManager:
             await self._retire(entry)
             return entry
         self._models[key] = entry
+        self._waiting.pop(key, None)
         self._names.setdefault(directory.name, set()).add(key)
         self._unloaded.discard(key)
         self.on_change()

@@ -17,7 +17,7 @@ import models
 import pytest
 
 from inference import model_config_pb2 as mc
-from service.core.dependencies import unused_composing
+from service.core.dependencies import callers, unused_composing
 from service.core.inference_server import InferenceServer
 from service.core.lifecycle import ControlMode, ModelManager
 
@@ -154,3 +154,81 @@ async def test_startup_models_are_explicit_their_composing_models_are_not(repo: 
         assert ready(m) == {"ens", "add_sub", "shared"}
         await m.unload("ens", unload_dependents=True)
         assert ready(m) == {"shared"}
+
+
+# ------------------------------------------- the ensembles that call an unloaded model
+
+
+def test_callers_go_up_nested_ensembles_outermost_first() -> None:
+    calls = {"outer": {"ens"}, "ens": {"leaf"}, "ens_b": {"leaf"}, "leaf": set(), "x": set()}
+    assert callers(["leaf"], calls) == ["outer", "ens_b", "ens"]
+    assert callers(["ens"], calls) == ["outer"]
+    assert callers(["x"], calls) == []
+
+
+@pytest.mark.parametrize("flag", [False, True])
+async def test_unloading_a_composing_model_unloads_its_ensembles_until_it_is_back(
+    repo: Path, flag: bool
+) -> None:
+    """Triton 2.51 (checked on the reference): with or without the flag the ensembles
+    calling the model go (index: UNAVAILABLE "unloaded"), and a load of the model by
+    name loads them again, with fresh statistics."""
+    async with manager(repo) as m:
+        await m.load("ens")
+        await m.load("ens2")
+        served = m.get("ens")
+        await m.unload("add_sub", unload_dependents=flag)
+        assert ready(m) == set()
+        states = {(e.name, e.state, e.reason) for e in m.index()}
+        assert {("ens", "UNAVAILABLE", "unloaded"), ("ens2", "UNAVAILABLE", "unloaded")} <= states
+        await m.load("add_sub")
+        assert ready(m) == {"ens", "ens2", "add_sub"}
+        assert m.get("ens") is not served  # loaded anew
+
+
+async def test_nested_ensembles_go_and_come_back_with_their_leaf(repo: Path) -> None:
+    async with manager(repo) as m:
+        await m.load("outer")
+        await m.unload("add_sub")
+        assert ready(m) == set()
+        await m.load("add_sub")
+        assert ready(m) == {"outer", "ens", "add_sub"}
+        await m.unload("ens")  # the middle one: outer waits for it, add_sub stays
+        assert ready(m) == {"add_sub"}
+        await m.load("ens")
+        assert ready(m) == {"outer", "ens", "add_sub"}
+
+
+async def test_an_ensemble_unloaded_by_name_meanwhile_stays_unloaded(repo: Path) -> None:
+    async with manager(repo) as m:
+        await m.load("ens")
+        await m.unload("add_sub")
+        await m.unload("ens")
+        await m.load("add_sub")
+        assert ready(m) == {"add_sub"}
+
+
+async def test_a_composing_model_brought_back_by_another_ensemble_restores_it(
+    repo: Path,
+) -> None:
+    async with manager(repo) as m:
+        await m.load("ens")
+        await m.unload("add_sub")
+        await m.load("ens2")  # loads add_sub as its composing model
+        assert ready(m) == {"ens", "ens2", "add_sub"}
+
+
+async def test_a_restored_ensemble_keeps_its_flag_and_others_stay(repo: Path) -> None:
+    """ens loaded by name, add_sub only as its composing model; add_sub unloaded with
+    the flag and loaded again by name (now explicit): unloading ens with the flag leaves
+    it, as on the reference. A model no ensemble calls is untouched throughout."""
+    async with manager(repo, startup=["shared"]) as m:
+        await m.load("ens")
+        shared = m.get("shared")
+        await m.unload("add_sub", unload_dependents=True)
+        assert ready(m) == {"shared"}
+        await m.load("add_sub")
+        assert ready(m) == {"ens", "add_sub", "shared"}
+        await m.unload("ens", unload_dependents=True)
+        assert ready(m) == {"add_sub", "shared"}
+        assert m.get("shared") is shared
