@@ -18,14 +18,18 @@ class IndexEntry:
 
 
 def index_entries(
-    name: str, entry: ModelEntry | None, loading: bool, unloaded: bool
+    name: str, entry: ModelEntry | None, loading: bool, unloaded: tuple[int, ...] | None
 ) -> list[IndexEntry]:
-    """One entry per version of a loaded model; one version-less entry otherwise."""
+    """One entry per version of a loaded model, or of an unloaded one (``unloaded``: the
+    versions it had, as Triton keeps them); one version-less entry otherwise."""
     if entry is None or entry.unlinked:  # an unlinked ensemble: no version ever loaded
         if loading:
             return [IndexEntry(name, "", ModelState.LOADING.value, "")]
-        if unloaded:
-            return [IndexEntry(name, "", ModelState.UNAVAILABLE.value, "unloaded")]
+        if unloaded is not None:
+            gone = ModelState.UNAVAILABLE.value
+            return [IndexEntry(name, str(v), gone, "unloaded") for v in unloaded] or [
+                IndexEntry(name, "", gone, "unloaded")
+            ]
         return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
     if entry.versionless:  # Triton's index lists no state of a model without versions
         return []

@@ -57,6 +57,17 @@ log = logging.getLogger(__name__)
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 
 
+def version_number(version: str) -> int:
+    """A request's version string as Triton's frontend reads it (``std::stol``)."""
+    try:
+        return int(version)
+    except ValueError:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: stol), version should be an integral value > 0"
+        ) from None
+
+
 class ControlMode(enum.Enum):
     NONE = "none"
     EXPLICIT = "explicit"
@@ -129,7 +140,9 @@ class ModelManager:
         # Triton's global map: model name -> keys in the table; a name once known keeps
         # its (then empty) set, which Triton's lookups tell from a name never known.
         self._names: dict[str, set[str]] = {}
-        self._unloaded: set[str] = set()
+        # Unloaded models, with the versions they had: Triton keeps an unloaded model's
+        # versions (UNAVAILABLE, "unloaded") in its index and in its answers.
+        self._unloaded: dict[str, tuple[int, ...]] = {}
         # Ensembles an unload took out because a model they call went (Triton keeps their
         # nodes, missing that upstream): each is loaded again, as it was, once every model
         # it calls is back; an unload or load of it by name forgets it here.
@@ -375,7 +388,7 @@ class ModelManager:
             key = model_key(namespace, name)
             out.extend(
                 index_entries(
-                    name, self._models.get(key), key in self._loading, key in self._unloaded
+                    name, self._models.get(key), key in self._loading, self._unloaded.get(key)
                 )
             )
         return [e for e in out if e.state == ModelState.READY.value] if ready_only else out
@@ -429,38 +442,26 @@ class ModelManager:
         ``namespace``: with --model-namespacing, the repository of an ensemble's step."""
         key = self._resolve(name, namespace)
         entry = self._models.get(key)
-        if entry is None:
-            if key in self._unloaded:
-                raise Unavailable(
-                    f"Request for unknown model: '{name}' has no available versions: unloaded"
-                )
+        # Triton's ModelLifeCycle::GetModel: the latest asked for and none ready is
+        # NOT_FOUND; a version it holds that is not ready (failed, loading, unloaded) is
+        # UNAVAILABLE; why it is not ready is in the index and the log, not here.
+        if entry is None and key not in self._unloaded:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if not version:  # the highest ready version; a loop, not a sort, per request
             latest = None
-            for number, candidate in entry.versions.items():
+            for number, candidate in entry.versions.items() if entry is not None else ():
                 if candidate.ready and (latest is None or number > latest.version):
                     latest = candidate
             if latest is None:
-                why = entry.failure
-                raise Unavailable(
-                    f"Request for unknown model: '{name}' has no available versions"
-                    + (f": {why}" if why else "")
-                )
+                raise NotFound(f"Request for unknown model: '{name}' has no available versions")
             return latest
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(
-                f"failed to get model version from specified version string '{version}' "
-                "(details: stol), version should be an integral value > 0"
-            ) from None
-        model = entry.versions.get(number)
-        if model is None:
+        number = version_number(version)
+        model = entry.versions.get(number) if entry is not None else None
+        if model is None and (entry is not None or number not in self._unloaded[key]):
             raise NotFound(f"Request for unknown model: '{name}' version {number} is not found")
-        if not model.ready:
+        if model is None or not model.ready:
             raise Unavailable(
                 f"Request for unknown model: '{name}' version {number} is not at ready state"
-                + (f": {model.reason}" if model.reason else "")
             )
         return model
 
@@ -472,21 +473,20 @@ class ModelManager:
             return [
                 m for e in self._models.values() for _, m in sorted(e.versions.items()) if m.ready
             ]
-        if self._namespacing:
-            try:
-                self._resolve(name)
-            except ServerError:  # Triton finds no ready version of the name
-                raise InvalidArgument(f"requested model '{name}' is not available") from None
-        if version:
-            return [self.get(name, version)]
-        entry = self._models.get(self._resolve(name))
-        if entry is None:
-            self.get(name)  # raises the right error for unknown or unloaded models
-        assert entry is not None
-        ready = [entry.versions[v] for v in entry.ready_versions()]
-        if not ready:
-            raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
-        return ready
+        # TRITONSERVER_ServerModelStatistics: a name without a ready version (unknown,
+        # unloaded, failed) or a version that is not ready is an invalid argument.
+        try:
+            entry = self._models.get(self._resolve(name))
+        except ServerError:
+            entry = None
+        ready = entry.ready_versions() if entry is not None else []
+        if entry is None or not ready:
+            raise InvalidArgument(f"requested model '{name}' is not available")
+        if not version:
+            return [entry.versions[v] for v in ready]
+        if version_number(version) not in ready:
+            raise InvalidArgument(f"requested model version is not available for model '{name}'")
+        return [entry.versions[version_number(version)]]
 
     def config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.get(name, version).config
@@ -513,7 +513,8 @@ class ModelManager:
         async with self._lock(key):
             entry = self._models.pop(key, None)
             self._waiting.pop(key, None)
-            self._unloaded.add(key)
+            versions = tuple(sorted(entry.versions)) if entry is not None else ()
+            self._unloaded[key] = versions or self._unloaded.get(key, ())
             if entry is not None:
                 self._names.get(entry.name, set()).discard(key)
             self.on_change()
@@ -590,7 +591,7 @@ class ModelManager:
         self._models[key] = entry
         self._waiting.pop(key, None)
         self._names.setdefault(directory.name, set()).add(key)
-        self._unloaded.discard(key)
+        self._unloaded.pop(key, None)
         self.on_change()
         if old is not None and entry.in_place:
             await self._retire_updated(old, entry)

@@ -94,10 +94,13 @@ def test_model_metadata(gateway: GatewayProcess, path: str) -> None:
 
 
 def test_unknown_model_is_404(gateway: GatewayProcess) -> None:
-    for path in ("/v2/models/nope", "/v2/models/nope/config", "/v2/models/nope/stats"):
+    for path in ("/v2/models/nope", "/v2/models/nope/config"):
         reply = get(gateway, path)
         assert reply.status == 404, path
         assert "nope" in reply.error
+    # Statistics answer as Triton's TRITONSERVER_ServerModelStatistics does.
+    reply = get(gateway, "/v2/models/nope/stats")
+    assert (reply.status, reply.error) == (400, "requested model 'nope' is not available")
     reply = get(gateway, "/v2/models/add_sub/versions/9")
     assert reply.status == 404
     assert "version 9" in reply.error

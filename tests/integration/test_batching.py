@@ -127,9 +127,10 @@ def test_statistics_filters_and_errors(server: ServerProcess) -> None:
         assert [(s.name, s.version) for s in one] == [("mlp_plain", "1")]
         from tritonclient.utils import InferenceServerException
 
-        with pytest.raises(InferenceServerException, match="'nope' is not found"):
+        # Triton's TRITONSERVER_ServerModelStatistics texts.
+        with pytest.raises(InferenceServerException, match="'nope' is not available"):
             client.get_inference_statistics("nope")
-        with pytest.raises(InferenceServerException, match="version 9 is not found"):
+        with pytest.raises(InferenceServerException, match="version is not available for model"):
             client.get_inference_statistics("mlp_plain", "9")
 
 

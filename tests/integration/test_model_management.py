@@ -215,13 +215,25 @@ def test_load_unload_load_again(ec: grpcclient.InferenceServerClient) -> None:
     assert_add_sub_serves(ec, "cycle")
 
     ec.unload_model("cycle")
-    assert index_of(ec)["cycle"] == [("", "UNAVAILABLE", "unloaded")]
+    # As Triton 2.51 (reference): the version stays listed; the latest asked for is
+    # NOT_FOUND, the version by number UNAVAILABLE.
+    assert index_of(ec)["cycle"] == [("1", "UNAVAILABLE", "unloaded")]
     assert not ec.is_model_ready("cycle")
     assert not ec.is_model_ready("cycle", "1")
     expect_error(
         lambda: assert_add_sub_serves(ec, "cycle"),
-        "UNAVAILABLE",
+        "NOT_FOUND",
         contains=["Request for unknown model: 'cycle' has no available versions"],
+    )
+    expect_error(
+        lambda: ec.get_model_metadata("cycle", "1"),
+        "UNAVAILABLE",
+        contains=["Request for unknown model: 'cycle' version 1 is not at ready state"],
+    )
+    expect_error(
+        lambda: ec.get_inference_statistics("cycle"),
+        "INVALID_ARGUMENT",
+        contains=["requested model 'cycle' is not available"],
     )
     # Unloading again is fine (Triton: a no-op) and unload_dependents is accepted.
     ec.unload_model("cycle", unload_dependents=True)
@@ -603,7 +615,7 @@ async def test_unload_while_requests_in_flight(explicit_server: ServerProcess) -
         assert not await client.is_model_ready("slow")
         with pytest.raises(InferenceServerException) as info:
             await call()
-        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        assert info.value.status() == "StatusCode.NOT_FOUND"
         assert "Request for unknown model: 'slow' has no available versions" in str(
             info.value.message()
         )
@@ -719,7 +731,7 @@ def test_poll_removed_model_is_unloaded(
     wait_until(lambda: not pc.is_model_ready("doomed"), what="doomed unloaded")
     expect_error(
         lambda: assert_add_sub_serves(pc, "doomed"),
-        "UNAVAILABLE",
+        "NOT_FOUND",
         contains=["Request for unknown model: 'doomed' has no available versions"],
     )
     assert pc.is_model_ready("base")

@@ -189,15 +189,16 @@ def test_statistics_selection(client: grpcclient.InferenceServerClient) -> None:
     )
     one = client.get_inference_statistics("selection", "1").model_stats
     assert [(s.name, s.version) for s in one] == [("selection", "1")]
+    # TRITONSERVER_ServerModelStatistics' answers (checked on the reference).
     expect_error(
         lambda: client.get_inference_statistics("no_such_model"),
-        "NOT_FOUND",
-        "Request for unknown model: 'no_such_model' is not found",
+        "INVALID_ARGUMENT",
+        "requested model 'no_such_model' is not available",
     )
     expect_error(
         lambda: client.get_inference_statistics("selection", "7"),
-        "NOT_FOUND",
-        "Request for unknown model: 'selection' version 7 is not found",
+        "INVALID_ARGUMENT",
+        "requested model version is not available for model 'selection'",
     )
 
 

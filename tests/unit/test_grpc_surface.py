@@ -348,12 +348,13 @@ def test_model_statistics_lists_every_loaded_model(channel: grpc.Channel) -> Non
     ]
 
 
-def test_model_statistics_unknown_model_is_not_found(channel: grpc.Channel) -> None:
+def test_model_statistics_unknown_model_is_not_available(channel: grpc.Channel) -> None:
+    """Triton's TRITONSERVER_ServerModelStatistics: INVALID_ARGUMENT, its own text."""
     stub = pb_grpc.GRPCInferenceServiceStub(channel)
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelStatistics(pb.ModelStatisticsRequest(name="no_such_model"), timeout=5)
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
-    assert info.value.details() == "Request for unknown model: 'no_such_model' is not found"
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == "requested model 'no_such_model' is not available"
 
 
 def test_implemented_rpc_still_works(channel: grpc.Channel) -> None:

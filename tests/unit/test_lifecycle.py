@@ -167,15 +167,25 @@ async def test_load_unload_and_index_states(repo: Path) -> None:
         await add_sub_job(m, "alpha", rows=3)
 
         await m.unload("alpha")
-        assert states(m)["alpha"] == [("", "UNAVAILABLE", "unloaded")]
+        # As Triton 2.51 (reference): the versions it had stay listed, not ready.
+        assert states(m)["alpha"] == [("1", "UNAVAILABLE", "unloaded")]
         assert model.state is ModelState.UNAVAILABLE and model.reason == "unloaded"
         assert model.scheduler is None and not model.ready
         assert m.find("alpha") is None
-        with pytest.raises(Unavailable) as info:
+        with pytest.raises(NotFound) as found:
             m.get("alpha")
-        assert info.value.message == (
-            "Request for unknown model: 'alpha' has no available versions: unloaded"
+        assert found.value.message == (
+            "Request for unknown model: 'alpha' has no available versions"
         )
+        with pytest.raises(Unavailable) as info:
+            m.get("alpha", "1")
+        assert info.value.message == (
+            "Request for unknown model: 'alpha' version 1 is not at ready state"
+        )
+        with pytest.raises(NotFound, match=r"^Request for unknown model: 'alpha' version 2 is not"):
+            m.get("alpha", "2")
+        with pytest.raises(InvalidArgument, match=r"^requested model 'alpha' is not available$"):
+            m.loaded("alpha")
         await m.unload("alpha")  # unloading again is not an error
 
         await m.load("alpha")
@@ -444,8 +454,10 @@ async def test_failed_first_load_leaves_an_unavailable_entry(repo: Path) -> None
         [(version, state, reason)] = states(m)["broken"]
         assert (version, state) == ("1", "UNAVAILABLE") and reason
         assert not m.all_ready()
-        with pytest.raises(Unavailable, match="'broken' has no available versions"):
+        with pytest.raises(NotFound, match=r"'broken' has no available versions$"):
             m.get("broken")
+        with pytest.raises(Unavailable, match=r"'broken' version 1 is not at ready state$"):
+            m.get("broken", "1")
         await m.unload("broken")
         assert m.all_ready()
 
@@ -473,7 +485,7 @@ async def test_poll_picks_up_added_changed_and_removed_models(repo: Path, tmp_pa
         assert alpha.state is ModelState.UNAVAILABLE
         assert m.find("beta") is None
         assert beta.state is ModelState.UNAVAILABLE and beta.reason == "unloaded"
-        with pytest.raises(Unavailable, match="unloaded"):
+        with pytest.raises(NotFound, match="'beta' has no available versions"):
             m.get("beta")
         assert sorted(e.name for e in m.entries()) == ["alpha", "delta", "gamma"]
 
@@ -555,13 +567,16 @@ async def test_loaded_filters(tmp_path: Path) -> None:
         assert [(v.name, v.version) for v in m.loaded("multi", "2")] == [("multi", 2)]
         with pytest.raises(InvalidArgument, match="without a model name"):
             m.loaded("", "1")
-        with pytest.raises(NotFound, match="'nope' is not found"):
+        # TRITONSERVER_ServerModelStatistics' texts (checked on the reference).
+        with pytest.raises(InvalidArgument, match=r"^requested model 'nope' is not available$"):
             m.loaded("nope")
-        with pytest.raises(NotFound, match="'multi' version 9 is not found"):
+        with pytest.raises(
+            InvalidArgument, match=r"^requested model version is not available for model 'multi'$"
+        ):
             m.loaded("multi", "9")
         with pytest.raises(InvalidArgument, match="'x'"):  # not a version number
             m.loaded("multi", "x")
-        with pytest.raises(Unavailable, match="'off' has no available versions"):
+        with pytest.raises(InvalidArgument, match=r"^requested model 'off' is not available$"):
             m.loaded("off")
 
 
