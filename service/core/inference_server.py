@@ -263,12 +263,15 @@ class InferenceServer:
         try:
             model: ModelVersion | None = self._lookup(request)
         except ServerError:
+            if not self._models.was_served(request.model_name):
+                return  # refused as a request for an unknown model, as Triton refuses it
+            # Retired by this stop: Triton keeps its models loaded until the stop's end,
+            # so there its scheduler refuses the request.
             model = None
-        if model is None:
-            return  # refused as a request for an unknown model, as Triton refuses it
         cid = request.parameters.get("sequence_id")
         if (
-            isinstance(cid, int | str)
+            model is not None
+            and isinstance(cid, int | str)
             and not isinstance(cid, bool)
             and request.parameters.get("sequence_start") is not True
         ):
@@ -279,7 +282,7 @@ class InferenceServer:
         # ensemble's own scheduler never stops, so there its first step is refused, and the
         # ensemble names itself as for any failed step.
         refusal = request_prefix(request.id) + STOPPING
-        if model.config.platform == "ensemble":
+        if model is not None and model.config.platform == "ensemble":
             refusal = f"in ensemble '{model.name}', {refusal}"
         raise Unavailable(refusal)
 

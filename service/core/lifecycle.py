@@ -437,6 +437,14 @@ class ModelManager:
             raise InvalidArgument(ambiguous(name, len(keys)))
         return next(iter(keys))
 
+    def was_served(self, name: str) -> bool:
+        """Whether ``name`` is loaded or was unloaded (not merely unknown)."""
+        try:
+            key = self._resolve(name)
+        except ServerError:
+            return False
+        return key in self._models or key in self._unloaded
+
     def get(self, name: str, version: str = "", namespace: str | None = None) -> ModelVersion:
         """A ready version; the error names what is wrong, in Triton's words.
         ``namespace``: with --model-namespacing, the repository of an ensemble's step."""

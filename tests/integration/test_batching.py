@@ -170,9 +170,12 @@ def test_two_instances_execute_in_parallel(parallel_repo: Path) -> None:
             assert _stats(server.url, model).execution_count == 11
         serial = queue_per_infer(server.url, "mlp_x1")
         parallel = queue_per_infer(server.url, "mlp_x2")
-    # One instance: 5 requests each waited about one execution. Two: nobody waited.
+    # One instance: 5 requests each waited about one execution. Two: nobody waited for
+    # an execution, only (on a busy machine) for a core: well under half of one instance's.
     assert serial > 2.5, f"one instance: queued {serial:.2f} executions in total"
-    assert parallel < 1.0, f"two instances: queued {parallel:.2f} executions in total"
+    assert parallel < serial / 2, (
+        f"two instances queued {parallel:.2f} executions, one {serial:.2f}"
+    )
 
 
 def test_stream_requests_are_scheduled_concurrently(server: ServerProcess) -> None:
