@@ -22,8 +22,11 @@ from ..backends.python.shm import anonymous_fd
 
 __all__ = ["DEFAULT_ARENA_BYTES", "INLINE_MAX", "Arena", "ArenaMap"]
 
-#: Per arena (virtual: pages cost memory only once touched).
-DEFAULT_ARENA_BYTES = 256 << 20
+#: Per arena (virtual: pages cost memory only once touched). A block is at most a
+#: quarter of it, and a tensor no block holds rides inside the pickled frame (copied
+#: four more times): 4 GiB keeps tensors up to 1 GiB in blocks (256 MiB arenas sent a
+#: 256 MiB identity's tensors through the frames: 1.5 s of a frontend's CPU for it).
+DEFAULT_ARENA_BYTES = 4 << 30
 #: Tensors up to this size ride inside the frame: copying them is cheaper than a block.
 INLINE_MAX = 16 << 10
 _MIN_CLASS = (INLINE_MAX + 1 - 1).bit_length()  # smallest block: 32 KiB
