@@ -17,21 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from instance_counts import COUNT_PRELUDE, Counts
 from integration_support import running_server
 
-MODEL = """
-import json
-import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-def _count(folder, kind):
-    path = os.path.join(folder, kind)
-    with open(path, "a") as f:
-        f.write("x")
-
+MODEL = (
+    COUNT_PRELUDE
+    + """
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -50,6 +41,7 @@ class TritonPythonModel:
     def finalize(self):
         _count(self.folder, "finalize")
 """
+)
 
 CONFIG = """
 name: "counted"
@@ -61,21 +53,6 @@ instance_group [{{ count: {count} kind: KIND_CPU }}]
 parameters [{{ key: "count_dir" value: {{ string_value: "{folder}" }} }}]
 {extra}
 """
-
-
-class Counts:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __call__(self, kind: str) -> int:
-        path = self.folder / kind
-        return len(path.read_text()) if path.exists() else 0
-
-    def wait(self, kind: str, expected: int, timeout: float = 60.0) -> int:
-        deadline = time.monotonic() + timeout
-        while self(kind) < expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self(kind)
 
 
 def _write(repo: Path, folder: Path, count: int, extra: str = "") -> None:

@@ -22,25 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from instance_counts import COUNT_PRELUDE, Counts
 from integration_support import running_server
 from models import write_model
 from sequence_models import accumulator_config, accumulator_model
 
-_COUNT = """
-import json
-import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-def _count(folder, kind):
-    with open(os.path.join(folder, kind), "a") as f:
-        f.write("x")
-"""
-
 GATED = (
-    _COUNT
+    COUNT_PRELUDE
     + """
 
 class TritonPythonModel:
@@ -79,7 +67,7 @@ parameters [{{ key: "count_dir" value: {{ string_value: "{folder}" }} }}]
 """
 
 TALLY = (
-    _COUNT
+    COUNT_PRELUDE
     + """
 
 class TritonPythonModel:
@@ -131,21 +119,6 @@ sequence_batching {{
 """
 
 STRATEGIES = {"direct": "direct { }", "oldest": "oldest { max_candidate_sequences: 4 }"}
-
-
-class Counts:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __call__(self, kind: str) -> int:
-        path = self.folder / kind
-        return len(path.read_text()) if path.exists() else 0
-
-    def wait(self, kind: str, expected: int, timeout: float = 60.0) -> int:
-        deadline = time.monotonic() + timeout
-        while self(kind) < expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self(kind)
 
 
 def _wait(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
