@@ -21,7 +21,8 @@ def index_entries(
     name: str, entry: ModelEntry | None, loading: bool, unloaded: tuple[int, ...] | None
 ) -> list[IndexEntry]:
     """One entry per version of a loaded model, or of an unloaded one (``unloaded``: the
-    versions it had, as Triton keeps them); one version-less entry otherwise."""
+    versions it had, as Triton keeps them); one version-less entry otherwise, with no
+    state for a model never loaded (Triton's ``name_only`` entry)."""
     if entry is None or entry.unlinked:  # an unlinked ensemble: no version ever loaded
         if loading:
             return [IndexEntry(name, "", ModelState.LOADING.value, "")]
@@ -30,7 +31,7 @@ def index_entries(
             return [IndexEntry(name, str(v), gone, "unloaded") for v in unloaded] or [
                 IndexEntry(name, "", gone, "unloaded")
             ]
-        return [IndexEntry(name, "", ModelState.UNKNOWN.value, "")]
+        return [IndexEntry(name, "", "", "")]  # never loaded: Triton lists its name only
     if entry.versionless:  # Triton's index lists no state of a model without versions
         return []
     if entry.reason:

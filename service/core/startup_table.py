@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .index import IndexEntry
-from .model import ModelState
 
 __all__ = ["format_table", "model_table"]
 
@@ -32,7 +31,7 @@ def model_table(entries: Iterable[IndexEntry], versionless: Iterable[str] = ()) 
     ``versionless``: models with no version to load, in Triton's words."""
     rows = []
     for entry in entries:
-        if entry.state == ModelState.UNKNOWN.value and not entry.version:
+        if not entry.state and not entry.version:
             continue  # on disk, never asked for (explicit mode): Triton does not list it
         status = f"{entry.state}: {entry.reason}" if entry.reason else entry.state
         rows.append((entry.name, entry.version or "-", status))

@@ -186,7 +186,7 @@ def test_explicit_startup_loads_only_named_model(ec: grpcclient.InferenceServerC
     index = index_of(ec)
     assert index["add_sub"] == [("1", "READY", "")]
     for name in ("iris_classifier", "text_upper", "cycle", "override_me", "fragile", "slow"):
-        assert index[name] == [("", "UNKNOWN", "")], (name, index[name])
+        assert index[name] == [("", "", "")], (name, index[name])
         assert not ec.is_model_ready(name)
     assert ec.is_model_ready("add_sub")
     assert ec.is_model_ready("add_sub", "1")
@@ -490,7 +490,7 @@ def test_model_without_version_folder(
 ) -> None:
     """Triton's lifecycle refuses it as a load failure (INVALID_ARGUMENT, its text); the
     index then lists no state of it, as Triton's lists none for a model with no version."""
-    assert index_of(ec)["versionless"] == [("", "UNKNOWN", "")]
+    assert index_of(ec)["versionless"] == [("", "", "")]
     reason = (
         "at least one version must be available under the version policy of model 'versionless'"
     )

@@ -123,9 +123,9 @@ async def test_poll_mode_refuses_the_api(repo: Path) -> None:
 async def test_explicit_start_loads_only_startup_models(repo: Path) -> None:
     async with manager([repo], startup=["beta", "beta"]) as m:
         assert states(m) == {
-            "alpha": [("", "UNKNOWN", "")],
+            "alpha": [("", "", "")],
             "beta": [("1", "READY", "")],
-            "gamma": [("", "UNKNOWN", "")],
+            "gamma": [("", "", "")],
         }
         assert [e.name for e in m.entries()] == ["beta"]
         assert m.find("alpha") is None
@@ -158,7 +158,7 @@ async def test_unknown_startup_model_is_a_value_error(repo: Path) -> None:
 
 async def test_load_unload_and_index_states(repo: Path) -> None:
     async with manager([repo]) as m:
-        assert states(m)["alpha"] == [("", "UNKNOWN", "")]
+        assert states(m)["alpha"] == [("", "", "")]
         await m.load("alpha")
         assert states(m)["alpha"] == [("1", "READY", "")]
         model = m.get("alpha")

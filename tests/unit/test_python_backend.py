@@ -158,15 +158,17 @@ def test_auto_complete_that_contradicts_the_config_fails_the_load() -> None:
         open_one(config)
 
 
-def test_load_failures_name_the_model(tmp_path: Path) -> None:
+def test_load_failures_read_as_tritons(tmp_path: Path) -> None:
     version = tmp_path / "broken" / "1"
     version.mkdir(parents=True)
     config = mc.ModelConfig(name="broken", backend="python", default_model_filename="model.py")
     with pytest.raises(ValueError, match=r"model file 'model\.py' not found"):
         open_one(config, version)
     (version / "model.py").write_text("class Other:\n    pass\n")
+    # Triton's texts: the stub's error as INTERNAL's status text
     with pytest.raises(
-        ValueError, match=r"model 'broken'.*does not define class TritonPythonModel"
+        ValueError,
+        match=r"^Internal: AttributeError: module '1\.model' has no attribute 'TritonPythonModel'$",
     ):
         open_one(config, version)
     (version / "model.py").write_text(
@@ -176,7 +178,10 @@ def test_load_failures_name_the_model(tmp_path: Path) -> None:
         "    def execute(self, requests):\n"
         "        return []\n"
     )
-    with pytest.raises(ValueError, match=r"model 'broken'.*RuntimeError: no weights"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Internal: RuntimeError: no weights\n\nAt:\n  .*model\.py\(3\): initialize\n$",
+    ):
         open_one(config, version)
 
 

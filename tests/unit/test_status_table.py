@@ -12,7 +12,7 @@ def test_model_table_lists_versions_states_and_reasons() -> None:
             IndexEntry("add_sub", "1", "READY", ""),
             IndexEntry("add_sub", "2", "READY", ""),
             IndexEntry("broken", "", "UNAVAILABLE", "unknown backend 'x'"),
-            IndexEntry("idle", "", "UNKNOWN", ""),  # on disk, never loaded: not listed
+            IndexEntry("idle", "", "", ""),  # on disk, never loaded: not listed
         ]
     )
     assert table.splitlines() == [

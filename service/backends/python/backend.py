@@ -36,6 +36,7 @@ from ...errors import (
     Unavailable,
     Unimplemented,
     Unknown,
+    status_text,
 )
 from ...repository.completion import ModelSignature
 from ...telemetry.custom_metrics import CUSTOM_METRICS
@@ -49,7 +50,7 @@ from .metric_calls import serve_metric
 from .model_control import serve_control
 from .protocol import ChannelClosed, WireRequest
 from .settings import RESTART_BACKOFF, Settings
-from .worker import WorkerProcess
+from .worker import ModelRaised, WorkerProcess
 
 __all__ = ["PythonBackend", "PythonInstance"]
 
@@ -256,6 +257,8 @@ class PythonInstance:
     def _failed(self, worker: WorkerProcess, exc: BaseException) -> NoReturn:
         self._end_reason = "load failed"
         worker.kill()
+        if isinstance(exc, ModelRaised):  # Triton's reason: the stub's text, as INTERNAL
+            raise ValueError(status_text(Internal(str(exc)))) from exc
         raise ValueError(f"failed to load python {self._label}: {exc}") from exc
 
     def finish_loading(self) -> None:

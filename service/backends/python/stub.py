@@ -33,7 +33,13 @@ from .numpy1_names import restore_numpy1_names
 from .pb_core import BF16
 from .pb_metrics import set_metric_transport
 from .protocol import Channel, ChannelClosed, Packed, WireRequest
-from .stub_runtime import describe_exception, hard_exit, import_model_class, watch_parent
+from .stub_runtime import (
+    StubError,
+    describe_exception,
+    hard_exit,
+    import_model_class,
+    watch_parent,
+)
 
 __all__ = ["Stub", "main"]
 
@@ -170,6 +176,7 @@ class Stub:
         )
         restore_numpy1_names()  # models written for Triton's NumPy 1 (decision 051)
         pb_utils._set_model_dir(model_dir)
+        self.model_path = model_path
         self.model_class = import_model_class(model_path, backend_runtime)
         completed = None
         auto_complete = getattr(self.model_class, "auto_complete_config", None)
@@ -223,6 +230,10 @@ class Stub:
                 self.batches[call_id] = []  # responses leave together when execute returns
         result: Any = None
         try:
+            if not hasattr(self.model, "execute"):  # Triton's check, at each execute
+                raise StubError(
+                    f"Python model {self.model_path} does not implement `execute` method."
+                )
             result = self.model.execute(requests)
             if asyncio.iscoroutine(result):
                 future = asyncio.run_coroutine_threadsafe(result, self._loop())
@@ -310,16 +321,14 @@ class Stub:
         if result is None:
             return
         if decoupled:
-            raise pb_utils.TritonModelException(
+            raise StubError(
                 f"Python model '{self.instance_name}' is using the decoupled mode and the "
                 "execute function must return None."
             )
         if not isinstance(result, (list, tuple)):
-            raise pb_utils.TritonModelException(
-                f"Expected a list in the execute return, found type '{type(result)}'."
-            )
+            raise StubError(f"Expected a list in the execute return, found type '{type(result)}'.")
         if len(result) != len(requests):
-            raise pb_utils.TritonModelException(
+            raise StubError(
                 "Number of InferenceResponse objects do not match the number of "
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
                 f"InferenceResponse(s) size is:{len(result)}\n"
@@ -329,12 +338,12 @@ class Stub:
             if response is None:
                 continue
             if request.release_flags() == reschedule:
-                raise pb_utils.TritonModelException(
+                raise StubError(
                     "Expected a None object in the execute function return list for "
                     f"reschduled request, found type '{type(response)}'."
                 )
             if not isinstance(response, pb_utils.InferenceResponse):
-                raise pb_utils.TritonModelException(
+                raise StubError(
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{type(response)}'."
                 )

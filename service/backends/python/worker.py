@@ -25,7 +25,7 @@ from ..spawn import describe_exit, spawn_linked
 from .protocol import Channel, ChannelClosed
 from .shm import MIN_REGION
 
-__all__ = ["WorkerDied", "WorkerProcess"]
+__all__ = ["ModelRaised", "WorkerDied", "WorkerProcess"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ _CONTROL_REPLIES = {"ready", "loaded", "initialized", "failed", "finalized"}
 
 OnMessage = Callable[[tuple[Any, ...], int | None], None]
 OnExit = Callable[[str], None]
+
+
+class ModelRaised(RuntimeError):
+    """The model's own code raised in the worker (its ``failed`` reply): the text is the
+    one Triton's stub gives (``stub_runtime.describe_exception``)."""
 
 
 class WorkerDied(RuntimeError):
@@ -111,7 +116,7 @@ class WorkerProcess:
                     self._on_message(reply, fd)
                     continue
                 if reply[0] == "failed":
-                    raise RuntimeError(reply[1])
+                    raise ModelRaised(reply[1])
                 if reply[0] != expect:
                     raise RuntimeError(
                         f"unexpected reply '{reply[0]}' from the worker, wanted '{expect}'"
