@@ -4,6 +4,8 @@ from both processes (a driver that lost messages would hang or count none)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from loadtest.scenario import parse
@@ -20,7 +22,9 @@ def test_every_transport_echoes_and_is_measured(kind: str) -> None:
         for outstanding in (1, 8):
             figures = channel_bench._window(driver, outstanding, 0.05, 0.2)
             assert figures["rate"] > 0
-            assert figures["client_us"] >= 0 and figures["echo_us"] >= 0
+            # CPU per message is measured, not bounded: the kernel's per-process user /
+            # system split of /proc/PID/stat may step back by a tick when threads end
+            assert math.isfinite(figures["client_us"]) and math.isfinite(figures["echo_us"])
             assert figures["wakeups"] >= 0
         assert driver.child.poll() is None  # the echo side still serves
     finally:
