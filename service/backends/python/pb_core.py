@@ -159,9 +159,12 @@ class Tensor:
 
     @classmethod
     def _received(cls, name: str, array: Array) -> Tensor:
-        """An input as the worker unpacked it: already a numpy array of a supported
-        dtype (not BF16, not ``str_``/``bytes_``), so none of the constructor's
-        conversions apply; only its code is looked up."""
+        """An input as the worker unpacked it: a numpy array (BYTES as ``np.object_``),
+        so the constructor's conversions apply to none but a ``str_``/``bytes_`` array
+        (which takes the constructor); BF16 inputs take it too (``triton_dtype``)."""
+        kind = array.dtype.kind
+        if kind == "U" or kind == "S":
+            return cls(name, array)
         tensor = cls.__new__(cls)
         tensor._name = name
         tensor._array = array
