@@ -67,6 +67,25 @@ def test_an_execute_past_the_timeout_is_killed_and_the_instance_recovers() -> No
         instance.close()
 
 
+def test_an_execute_longer_than_the_receive_tick_is_answered() -> None:
+    """The instance's thread waits for the answer in a read bounded by one second (the
+    calls socket's receive timeout, to notice a worker gone while a child holds its
+    socket): a longer execute times that read out, and the answer read afterwards still
+    reaches its request, as does the next one."""
+    instance = open_one(load_config("sleepy"))
+    try:
+        (slow,) = run(instance, request(DELAY_MS=np.array([1500], np.int32)))
+        assert slow.only.error is None, slow.only.error
+        start, end = float(slow.only.outputs["START"][0]), float(slow.only.outputs["END"][0])
+        assert end - start >= 1.5
+        (quick,) = run(instance, request(DELAY_MS=np.array([0], np.int32)))
+        assert quick.only.error is None, quick.only.error
+        assert int(quick.only.outputs["PID"][0]) == int(slow.only.outputs["PID"][0])
+        assert instance.restarts == 0
+    finally:
+        instance.close()
+
+
 def test_a_crash_while_idle_is_noticed_and_the_next_request_gets_a_new_worker() -> None:
     instance = open_one(load_config("faulty"))
     try:

@@ -36,6 +36,27 @@ def test_tensor_types_follow_triton() -> None:
     ]
 
 
+def test_received_inputs_are_the_tensors_the_constructor_makes() -> None:
+    """The worker wraps the inputs it unpacks without the constructor's conversions
+    (decision 066): the same names, arrays, codes and shapes, and a numpy bytes or str
+    array still becomes a BYTES tensor of ``bytes`` items."""
+    arrays = [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array([[True], [False]]),
+        np.array([b"a", "b"], dtype=np.object_),
+        np.array([b"ab", b"c"]),
+        np.array(["x", "yz"]),
+    ]
+    for array in arrays:
+        made, received = pb_utils.Tensor("t", array), pb_utils.Tensor._received("t", array)
+        assert received.name() == made.name() == "t"
+        assert received.triton_dtype() == made.triton_dtype()
+        assert received.shape() == made.shape() and received.is_cpu()
+        assert received.as_numpy().dtype == made.as_numpy().dtype
+        assert received.as_numpy().tolist() == made.as_numpy().tolist()
+    assert pb_utils.Tensor._received("s", np.array(["x"])).as_numpy().tolist() == [b"x"]
+
+
 def test_response_sender_rules() -> None:
     sent: list[tuple[Any, bool]] = []
     final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

@@ -20,9 +20,8 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from inference import model_config_pb2 as mc
 
@@ -48,7 +47,7 @@ from .config_json import apply_completed, config_to_json
 from .execution_env import execution_env, launcher
 from .metric_calls import serve_metric
 from .model_control import serve_control
-from .protocol import ChannelClosed, WireRequest
+from .protocol import ChannelClosed
 from .settings import RESTART_BACKOFF, Settings
 from .worker import ModelRaised, WorkerProcess
 
@@ -120,16 +119,44 @@ class _OneShot:
         return self._set
 
 
-@dataclass
+class _Flag:
+    """``_OneShot`` without a lock, for a non-decoupled call: the instance's thread reads
+    the answer itself and only ever tests it (``_on_exit`` sets it from the reader after
+    the worker is gone, which that thread notices by the link's end, not by waiting)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class _Call:
-    senders: Sequence[ResponseSender]
-    requested: list[set[str]]
-    final: list[bool]
-    executed: _OneShot = field(default_factory=lambda: _OneShot())
-    # every request ended (its final response, or rescheduled): non-decoupled models may
-    # answer from their own threads after ``execute`` returned, as in Triton
-    answered: _OneShot = field(default_factory=lambda: _OneShot())
-    rescheduled: list[int] = field(default_factory=list)
+    """One execute: its senders, what each request asked for, which requests ended."""
+
+    __slots__ = ("answered", "executed", "final", "requested", "rescheduled", "senders")
+
+    def __init__(
+        self,
+        senders: Sequence[ResponseSender],
+        requested: list[set[str]],
+        final: list[bool],
+        decoupled: bool = True,
+    ) -> None:
+        self.senders = senders
+        self.requested = requested
+        self.final = final
+        flag = _OneShot if decoupled else _Flag
+        self.executed: _OneShot | _Flag = flag()
+        # every request ended (its final response, or rescheduled): non-decoupled models
+        # may answer from their own threads after ``execute`` returned, as in Triton
+        self.answered: _OneShot | _Flag = flag()
+        self.rescheduled: list[int] = []
 
 
 #: TRITONSERVER_Error_Code of a TritonError -> the error the client gets (its gRPC status).
@@ -320,7 +347,12 @@ class PythonInstance:
         if self._closed:
             _fail_all(senders, f"{self._label} is closed")
             return
-        call = _Call(senders, [set(r.requested_outputs) for r in requests], [False] * len(requests))
+        call = _Call(
+            senders,
+            [set(r.requested_outputs) for r in requests],
+            [False] * len(requests),
+            self._decoupled,
+        )
         call_id = next(self._ids)
         for attempt in range(2):
             with self._lock:
@@ -385,17 +417,10 @@ class PythonInstance:
         return True
 
     def _wait(self, call: _Call) -> bool:
-        """Until ``execute`` returned and, for a non-decoupled model, every request was
-        answered (a response sent from the model's own thread may come later), within
-        ``execute_timeout_secs`` (None: no limit)."""
-        timeout = self.settings.execute_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not call.executed.wait(timeout):
-            return False
-        if self._decoupled:
-            return True
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return call.answered.wait(left)
+        """A decoupled model's call: until ``execute`` returned, within
+        ``execute_timeout_secs`` (None: no limit); its responses come on the services
+        link, read by the reader thread, and may keep coming afterwards."""
+        return cast(_OneShot, call.executed).wait(self.settings.execute_timeout)
 
     def close(self) -> None:
         if self._closed:
@@ -482,23 +507,20 @@ class PythonInstance:
 
 
 def _wire(request: BackendRequest, tensors: list[Any]) -> tuple[Any, ...]:
-    flags = (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0)
-    correlation = request.correlation_id if request.correlation_id is not None else 0
+    """The request as the worker reads it: a plain tuple in ``WireRequest``'s order (a
+    NamedTuple built only to be converted costs more than the fields)."""
     parameters = request.parameters
-    return tuple(
-        WireRequest(
-            inputs=tensors,
-            request_id=request.request_id,
-            correlation_id=correlation,
-            flags=flags,
-            requested_outputs=list(request.requested_outputs),
-            # Compact and unescaped, as Triton's python backend writes it (rapidjson).
-            parameters=json.dumps(parameters, separators=(",", ":"), ensure_ascii=False)
-            if parameters
-            else "{}",
-            timeout=request.timeout_us,
-            trace=request.trace_context,
-        )
+    correlation = request.correlation_id
+    return (
+        tensors,
+        request.request_id,
+        correlation if correlation is not None else 0,
+        (1 if request.sequence_start else 0) | (2 if request.sequence_end else 0),
+        requested if type(requested := request.requested_outputs) is list else list(requested),
+        # Compact and unescaped, as Triton's python backend writes it (rapidjson).
+        json.dumps(parameters, separators=(",", ":"), ensure_ascii=False) if parameters else "{}",
+        request.timeout_us,
+        request.trace_context,
     )
 
 

@@ -138,8 +138,9 @@ class Tensor:
     taken in with ``from_dlpack`` (``is_cpu()`` False; see ``dlpack.py``)."""
 
     def __init__(self, name: str, numpy_array: Array, triton_dtype: int | None = None) -> None:
-        array = np.asarray(numpy_array)
-        if array.dtype.kind in ("U", "S"):
+        array = numpy_array if type(numpy_array) is np.ndarray else np.asarray(numpy_array)
+        kind = array.dtype.kind
+        if kind == "U" or kind == "S":
             # Triton refuses these; carrying them as BYTES is what every model meant.
             converted = np.empty(array.shape, dtype=np.object_)
             converted.flat[:] = [
@@ -155,6 +156,21 @@ class Tensor:
         self._array = array
         self._device: DeviceTensor | None = None
         self._dtype = _dtype_code(name, array.dtype)
+
+    @classmethod
+    def _received(cls, name: str, array: Array) -> Tensor:
+        """An input as the worker unpacked it: a numpy array (BYTES as ``np.object_``),
+        so the constructor's conversions apply to none but a ``str_``/``bytes_`` array
+        (which takes the constructor); BF16 inputs take it too (``triton_dtype``)."""
+        kind = array.dtype.kind
+        if kind == "U" or kind == "S":
+            return cls(name, array)
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._array = array
+        tensor._device = None
+        tensor._dtype = _dtype_code(name, array.dtype)
+        return tensor
 
     def name(self) -> str:
         return self._name
@@ -229,6 +245,11 @@ class Tensor:
 
 
 def _dtype_code(name: str, dtype: np.dtype[Any]) -> int:
+    # The dtype itself first: numpy_to_triton_type's np.dtype() and checks cost more
+    # than the lookup, for every tensor a model builds or receives.
+    code = _NUMPY_TO_CODE.get(dtype)
+    if code is not None:
+        return code
     code = numpy_to_triton_type(dtype)
     if code is None:
         raise TritonModelException(

@@ -145,11 +145,12 @@ class Channel:
             out: list[TensorRef] = []
             for name, array in group:
                 shape = array.shape  # a tuple of ints already
-                if array.dtype == np.object_:
+                dtype = array.dtype
+                if dtype.kind == "O":  # ``dtype == np.object_`` builds a dtype each time
                     data = memoryview(serialize_bytes_tensor(array))
                     kind = "BYTES"
                 elif array.nbytes <= self.inline_limit:  # bytearray() copies in C order
-                    out.append((name, array.dtype.str, shape, bytearray(array), 0, array.nbytes))
+                    out.append((name, dtype.str, shape, bytearray(array), 0, array.nbytes))
                     continue
                 else:
                     contiguous = np.ascontiguousarray(array)
@@ -227,8 +228,10 @@ class Channel:
             self._start = end
             if end == self._end:
                 self._start = self._end = 0
-        self.pool.release(released)
-        self.maps.drop(dropped)
+        if released:  # both are empty but after a region changed hands
+            self.pool.release(released)
+        if dropped:
+            self.maps.drop(dropped)
         return message, fd
 
     def _read_more(self, whole: int) -> None:
@@ -286,6 +289,13 @@ def _array(
     if kind == "BYTES":
         count = int(np.prod(shape, dtype=np.int64))
         return deserialize_bytes_tensor(memoryview(raw), count).reshape(shape)
+    dtype = _DTYPES.get(kind)
+    if dtype is None:
+        dtype = _DTYPES[kind] = np.dtype(kind)
     if data is not None:
-        return np.frombuffer(raw, dtype=np.dtype(kind)).reshape(shape)
-    return raw.view(np.dtype(kind)).reshape(shape)  # type: ignore[no-any-return]
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return raw.view(dtype).reshape(shape)  # type: ignore[no-any-return]
+
+
+#: numpy dtypes by their wire string ("<f4"): ``np.dtype(kind)`` parses it each time.
+_DTYPES: dict[str, np.dtype[Any]] = {}

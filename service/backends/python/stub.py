@@ -32,7 +32,7 @@ from .bls_client import BlsClient
 from .numpy1_names import restore_numpy1_names
 from .pb_core import BF16
 from .pb_metrics import set_metric_transport
-from .protocol import Channel, ChannelClosed, Packed, WireRequest
+from .protocol import Channel, ChannelClosed, Packed
 from .stub_runtime import (
     StubError,
     describe_exception,
@@ -47,6 +47,10 @@ log = logging.getLogger("python_model")
 # (request index, outputs or None, (error message, TritonError code[, failed]) or None,
 # final); ``failed``: the worker's own failure, not the model's error response.
 Item = tuple[int, list[tuple[str, Any]] | None, tuple[Any, ...] | None, bool]
+
+
+#: What ``request.trace()`` returns for every untraced request (it holds only the context).
+_UNTRACED = pb_utils.InferenceTrace("")
 
 
 class _Failure(pb_utils.TritonError):
@@ -220,9 +224,8 @@ class Stub:
     def _execute(self, message: tuple[Any, ...], fd: int | None) -> None:
         """Triton's ``ProcessRequests``: run ``execute``, check what it returned, answer
         every open request with the error if anything raised."""
-        _, call_id, decoupled, plain, region = message
-        wire = [WireRequest._make(item) for item in plain]
-        groups = self.calls.unpack([item.inputs for item in wire], region, fd)
+        _, call_id, decoupled, wire, region = message
+        groups = self.calls.unpack([item[0] for item in wire], region, fd)
         requests = self._requests(call_id, decoupled, wire, groups)
         del groups
         if not decoupled:
@@ -235,7 +238,7 @@ class Stub:
                     f"Python model {self.model_path} does not implement `execute` method."
                 )
             result = self.model.execute(requests)
-            if asyncio.iscoroutine(result):
+            if type(result) is not list and asyncio.iscoroutine(result):
                 future = asyncio.run_coroutine_threadsafe(result, self._loop())
                 if decoupled:  # as Triton: not awaited; its requests end through the senders
                     future.add_done_callback(partial(self._background_done, requests))
@@ -279,11 +282,15 @@ class Stub:
         self._fail_open(requests, text)
 
     def _requests(
-        self, call_id: int, decoupled: bool, wire: list[WireRequest], groups: list[Any]
+        self, call_id: int, decoupled: bool, wire: list[tuple[Any, ...]], groups: list[Any]
     ) -> list[pb_utils.InferenceRequest]:
+        """``wire``: the server's ``WireRequest`` tuples, unpacked by position (building
+        the NamedTuple cost more than the rest of a request's fields)."""
         requests = []
         bf16 = self.bf16_inputs
+        received = pb_utils.Tensor._received
         for index, (item, tensors) in enumerate(zip(wire, groups, strict=True)):
+            _, request_id, correlation_id, flags, requested, parameters, timeout, trace = item
             emit = partial(self._emit, call_id, decoupled, index)
             cancelled = partial(self._is_cancelled, call_id, index)
             sender = (
@@ -294,16 +301,18 @@ class Stub:
             requests.append(
                 pb_utils.InferenceRequest._received(
                     [
-                        pb_utils.Tensor(name, array, BF16 if name in bf16 else None)
+                        received(name, array)
+                        if name not in bf16
+                        else pb_utils.Tensor(name, array, BF16)
                         for name, array in tensors
                     ],
-                    item.request_id,
-                    item.correlation_id,
-                    item.requested_outputs,
-                    item.flags,
-                    item.parameters,
-                    item.timeout,
-                    pb_utils.InferenceTrace(item.trace),
+                    request_id,
+                    correlation_id,
+                    requested,
+                    flags,
+                    parameters,
+                    timeout,
+                    pb_utils.InferenceTrace(trace) if trace else _UNTRACED,
                     sender,
                 )
             )

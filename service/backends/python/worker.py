@@ -15,6 +15,7 @@ import contextlib
 import logging
 import select
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -33,6 +34,11 @@ _CONTROL_REPLIES = {"ready", "loaded", "initialized", "failed", "finalized"}
 
 OnMessage = Callable[[tuple[Any, ...], int | None], None]
 OnExit = Callable[[str], None]
+
+
+def _timeval(ms: int) -> bytes:
+    """A ``struct timeval`` for ``SO_RCVTIMEO``."""
+    return struct.pack("@ll", ms // 1000, ms % 1000 * 1000)
 
 
 class ModelRaised(RuntimeError):
@@ -71,8 +77,7 @@ class WorkerProcess:
         self.pid = self.process.pid
         self.calls = Channel(calls, inline_limit, pool_bytes, *regions)
         self.channel = self.calls.sibling(services)
-        self._calls_poll = select.poll()  # select() fails past 1,024 descriptors
-        self._calls_poll.register(calls, select.POLLIN)
+        self._calls_timeout = 0  # ms, the calls socket's SO_RCVTIMEO (0: none set)
         self._reader = threading.Thread(
             target=self._read, name=f"python-worker-{self.pid}", daemon=True
         )
@@ -133,16 +138,24 @@ class WorkerProcess:
             return self._recv_call_locked(timeout)
 
     def _recv_call_locked(self, timeout: float | None) -> tuple[tuple[Any, ...], int | None] | None:
+        """A blocking read bounded by the socket's receive timeout (``SO_RCVTIMEO``, set
+        only when the bound changes): one system call per answer, where a ``poll``
+        before each read made two."""
         calls = self.calls
         if calls.sock.fileno() < 0:
             raise ChannelClosed("the worker is gone")
-        if not calls.pending():
-            wait = 1000 if timeout is None else max(0, min(int(timeout * 1000) + 1, 1000))
-            if not self._calls_poll.poll(wait):
-                if not self.alive:
-                    raise ChannelClosed("the worker is gone")
-                return None
-        return calls.recv()
+        if calls.pending():
+            return calls.recv()
+        wait = 1000 if timeout is None else max(1, min(int(timeout * 1000) + 1, 1000))
+        if wait != self._calls_timeout:
+            calls.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(wait))
+            self._calls_timeout = wait
+        try:
+            return calls.recv()
+        except BlockingIOError:  # the receive timeout ran out (what was read stays buffered)
+            if not self.alive:
+                raise ChannelClosed("the worker is gone") from None
+            return None
 
     def kill(self) -> None:
         """SIGKILL the worker and wait until the reader has reported its end."""
