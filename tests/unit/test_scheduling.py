@@ -33,7 +33,9 @@ class Execution:
 
 
 class FakeInstance:
-    """Blocking ``execute`` that sleeps ``inputs['delay']`` seconds and records itself."""
+    """Blocking ``execute`` that sleeps ``inputs['delay']`` seconds (or, given a
+    ``threading.Event`` as ``inputs['gate']``, sets ``inputs['started']`` and waits until
+    the gate is set) and records itself."""
 
     def __init__(self, name: str, log: list[Execution]) -> None:
         self.spec = InstanceSpec(name=name, kind="KIND_CPU", device_id=0, threads=1)
@@ -49,7 +51,12 @@ class FakeInstance:
             self.max_active = max(self.max_active, self.active)
         start = time.monotonic()
         try:
-            time.sleep(float(inputs["delay"]))
+            gate = inputs.get("gate")
+            if gate is not None:
+                inputs["started"].set()
+                gate.wait(60)
+            else:
+                time.sleep(float(inputs["delay"]))
             if inputs.get("fail"):
                 raise Internal(f"job {inputs['job']} failed")
         finally:
@@ -189,13 +196,18 @@ async def test_cancelled_caller_does_not_free_instance_early() -> None:
 
 async def test_cancelled_while_queued_never_executes() -> None:
     s = make_setup(1)
+    # "running" holds the one instance until the cancel is done, however busy the machine
+    started, gate = threading.Event(), threading.Event()
     try:
-        running = asyncio.ensure_future(s.scheduler.submit(job("running", 0.2)))
-        await asyncio.sleep(0.02)
+        running = asyncio.ensure_future(
+            s.scheduler.submit(job("running", 0, gate=gate, started=started))
+        )
+        assert await asyncio.to_thread(started.wait, 60)
         queued = asyncio.ensure_future(s.scheduler.submit(job("queued", 0.01)))
         await asyncio.sleep(0.02)
         queued.cancel()
         await asyncio.gather(queued, return_exceptions=True)
+        gate.set()
         await running
         await s.scheduler.submit(job("after", 0.01))
     finally:
