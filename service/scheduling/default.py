@@ -2,7 +2,9 @@
 
 The model's instance threads share one queue (``InstancePool.share_inbox``): a request is
 put there at once and the first thread to be free runs it, so the loop does no step of its
-own between two executions. Results come back through the loop's mailbox.
+own between two executions. Results come back through the loop's mailbox. A model whose
+executions are known to be short runs on the loop's own thread instead, with no hand-off
+at all (``inline``, decision 067).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .batch import JobOutputs, execute_batch
 from .batch_io import BatchIO
 from .delivery import outcome_of, settle
 from .inflight import InFlight
+from .inline import BOUND_NS, InlineGate, LoopTurn, inline_capable, small_inputs, turn_of
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
@@ -36,7 +39,9 @@ class DefaultScheduler(Enqueuing):
         stats: ModelStats,
         clock: Callable[[], int] = time.monotonic_ns,
         io: BatchIO | None = None,
+        name: str = "",
     ) -> None:
+        """``name``: the model's, for the log."""
         self._pool = pool
         self._io = io  # the model's ragged inputs, batch inputs and outputs
         self._stats = stats
@@ -47,6 +52,9 @@ class DefaultScheduler(Enqueuing):
         # under this lock, so a cancelled request is counted exactly once, at once.
         self._claims = threading.Lock()
         pool.share_inbox()
+        #: Decides when requests run on the loop's thread; None: never (decision 067).
+        self.inline: InlineGate | None = InlineGate(name) if inline_capable(pool) else None
+        self._turn: LoopTurn | None = None  # the loop's, bound at the first request
 
     @property
     def inflight(self) -> int:
@@ -61,8 +69,42 @@ class DefaultScheduler(Enqueuing):
         job.future = future
         job.enqueue_ns = self._clock()
         self._inflight.enter()
+        gate = self.inline
+        if gate is not None and gate.open and job.sink is None and small_inputs(job.inputs):
+            turn = self._turn
+            if turn is None:
+                turn = self._turn = turn_of(future.get_loop())
+            if turn.spent < BOUND_NS:
+                worker = self._pool.inline_worker()
+                if worker is not None:
+                    turn.add(self._run_inline(job, worker.instance, gate, worker.turn.release))
+                    return future
         self._pool.submit(lambda instance: self._execute(job, instance), self._deliver(job))
         return future
+
+    def _run_inline(
+        self,
+        job: Job,
+        instance: ModelInstance | RequestInstance,
+        gate: InlineGate,
+        release: Callable[[], None],
+    ) -> int:
+        """Execute ``job`` here, on the loop's thread, holding the instance's turn; its
+        caller's future is settled before ``enqueue`` returns (statistics, errors and
+        counts as from a thread: the same ``_finish``). Returns the time it took (ns)."""
+        job.started = True  # no thread ever sees it; its caller cannot have left yet
+        start = time.monotonic_ns()  # the loop's own time, as execute_batch's stamps
+        try:
+            outcome: Outcome = execute_batch(instance, (job,), io=self._io)
+            error: BaseException | None = None
+        except Exception as exc:  # the caller's, as from a thread
+            outcome, error = None, exc
+        finally:
+            release()
+        span = time.monotonic_ns() - start
+        gate.on_loop(span)
+        self._finish(job, outcome, error)
+        return span
 
     def abandon(self, job: Job) -> None:
         """The caller of ``job`` stopped waiting: dropped if no thread took it yet,
@@ -78,19 +120,28 @@ class DefaultScheduler(Enqueuing):
         return execute_batch(instance, (job,), io=self._io)
 
     def _deliver(self, job: Job) -> Callable[[Any, BaseException | None], None]:
+        gate = self.inline
+
         def deliver(outcome: Outcome, error: BaseException | None) -> None:
-            if error is not None:
-                if settle(self._stats, job, error, self._clock):
-                    self._inflight.leave()
-                return
-            if outcome is None:  # skipped: its leaving caller counted it
-                return
-            outputs, timings = outcome
-            self._stats.record_execution(job.size, timings)
-            if settle(self._stats, job, outcome_of(job, outputs[0], timings), self._clock):
-                self._inflight.leave()
+            if gate is not None and outcome is not None and not gate.open:
+                timings = outcome[1]
+                gate.on_thread(timings.end - timings.start)
+            self._finish(job, outcome, error)
 
         return deliver
+
+    def _finish(self, job: Job, outcome: Outcome, error: BaseException | None) -> None:
+        """On the loop: the job's outcome to its caller, its execution to the statistics."""
+        if error is not None:
+            if settle(self._stats, job, error, self._clock):
+                self._inflight.leave()
+            return
+        if outcome is None:  # skipped: its leaving caller counted it
+            return
+        outputs, timings = outcome
+        self._stats.record_execution(job.size, timings)
+        if settle(self._stats, job, outcome_of(job, outputs[0], timings), self._clock):
+            self._inflight.leave()
 
     async def stop(self) -> None:
         """Refuse new jobs, let accepted ones finish, then free the instances."""

@@ -49,7 +49,7 @@ def create_scheduler(
         if plain and not pool.remote:
             return DrainBatchScheduler(config, pool, stats)
         return DynamicBatchScheduler(config, pool, stats)
-    return DefaultScheduler(pool, stats, io=BatchIO.of(config))
+    return DefaultScheduler(pool, stats, io=BatchIO.of(config), name=config.name)
 
 
 def _tensor_instances(pool: InstancePool) -> bool:

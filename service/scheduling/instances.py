@@ -1,7 +1,9 @@
 """Model instances, each with its own thread, and the pool that hands them out.
 
 One thread per instance keeps an instance's executions strictly serial (sessions are not
-shared between threads) while instances run in parallel; the event loop never blocks.
+shared between threads) while instances run in parallel; the event loop does not block
+for them, but for the short executions the default scheduler runs on the loop itself
+(``inline_worker``, decision 067).
 A thread takes work from a queue and hands each result back through the loop's
 ``Mailbox`` (one wake-up for what finishes together). The batchers pick a free instance
 and give it one batch (``launch``); the default scheduler lets the instances' threads
@@ -155,6 +157,7 @@ class InstancePool:
         self._listeners: list[Callable[[], None]] = []
         self._shared: SimpleQueue[_Work | None] | None = None
         self._started = False
+        self._forwarded = False  # an instance-group update took over (``forward``)
         self._mailbox: Mailbox | None = None
         # Workers an instance-group update removed that still run a batch: they are not
         # freed again, and ``_idle`` is settled when the last one is done (``let_go``).
@@ -299,7 +302,7 @@ class InstancePool:
         ours, theirs = self._shared, to._shared
         assert ours is not None and theirs is not None, "forward needs shared inboxes"
         to._start_shared()
-        self._shared, self._started = theirs, True
+        self._shared, self._started, self._forwarded = theirs, True, True
         while True:
             try:
                 item = ours.get_nowait()
@@ -352,6 +355,21 @@ class InstancePool:
         if not self._started:
             self._start_shared()
         shared.put((work, deliver, self.mailbox()))
+
+    def inline_worker(self) -> InstanceWorker | None:
+        """A worker whose instance the caller (the loop's thread) may execute on now, its
+        ``turn`` taken (the caller releases it): only with a shared inbox that nothing
+        waits in (work queued before goes first), never after ``forward`` (the instances
+        may be leaving), and only an instance no thread executes on now."""
+        shared = self._shared
+        if shared is None or self._forwarded or not shared.empty():
+            return None
+        for worker in self.workers:
+            if worker.turn.acquire(blocking=False):
+                if not worker.closed:  # looked at under the turn its closing takes
+                    return worker
+                worker.turn.release()
+        return None
 
     def mailbox(self) -> Mailbox:
         """The mailbox of the loop this pool serves, bound at its first request: on
