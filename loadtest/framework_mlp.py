@@ -5,9 +5,10 @@ The same architecture and weights (``tests/models.py``'s ``mlp_weights``: ``laye
 OpenVINO IR, with a config per backend (``framework-backends`` serves them), and
 ``bench``: back-to-back runs of one model at one batch size by its own framework, set up
 as the server's backend sets it up (threads, inference mode, a v1 session on the
-SavedModel's ``serve`` MetaGraph, TensorFlow's environment defaults: Eigen kernels, not
-oneDNN's, decision 062), in a process of its own so that no pool of another framework runs
-beside it. Run by the server's Python (all four frameworks installed):
+SavedModel's ``serve`` MetaGraph called as the backend calls it, TensorFlow's environment
+defaults: Eigen kernels, not oneDNN's, decision 062), in a process of its own so that no
+pool of another framework runs beside it. Run by the server's Python (all four frameworks
+installed):
 
     python -m loadtest.framework_mlp write ROOT --width 2048 --layers 3 --threads 2 --batching
     python -m loadtest.framework_mlp bench pytorch ROOT/mlp_pytorch --batch 16 --threads 2
@@ -171,13 +172,31 @@ WRITERS: dict[str, Callable[[Path, int, int], None]] = {
 }
 
 
-def write(root: Path, prefix: str, width: int, layers: int, threads: int, batching: bool) -> None:
-    """``<prefix>_<backend>`` for every backend under ``root``, max_batch_size 16."""
+#: Backends whose compute pool is one per process: the server's is sized by whichever of
+#: their models loaded last (torch.set_num_threads, as Triton's libtorch backend sets it).
+PROCESS_WIDE_POOLS = frozenset({"pytorch"})
+
+
+def write(
+    root: Path,
+    prefix: str,
+    width: int,
+    layers: int,
+    threads: int,
+    batching: bool,
+    process_threads: int | None = None,
+) -> None:
+    """``<prefix>_<backend>`` for every backend under ``root``, max_batch_size 16.
+    ``process_threads``: the thread count for the backends of ``PROCESS_WIDE_POOLS``
+    (so that models of one server agree on it), ``threads`` for the others."""
     for backend in BACKENDS:
         name = f"{prefix}_{backend}"
         (root / name / "1").mkdir(parents=True, exist_ok=True)
         WRITERS[backend](root / name / "1" / FILES[backend], width, layers)
-        text = config(name, backend, width, threads, 16, batching)
+        count = threads
+        if process_threads is not None and backend in PROCESS_WIDE_POOLS:
+            count = process_threads
+        text = config(name, backend, width, count, 16, batching)
         (root / name / "config.pbtxt").write_text(text, encoding="utf-8")
 
 
@@ -222,14 +241,28 @@ def _runner(backend: str, folder: Path, batch: int, width: int, threads: int) ->
         with graph.as_default():
             meta = tf.compat.v1.saved_model.loader.load(tf_session, ["serve"], str(path))
         signature = meta.signature_def["serving_default"]
-        feed, fetch = signature.inputs["INPUT0"].name, signature.outputs["OUTPUT0"].name
-        return lambda: tf_session.run(fetch, {feed: x})
+        # The call the backend makes: a callable of the session, its ops in the caller's
+        # thread when the inter-op pool would have one thread (decision 068).
+        from tensorflow.core.protobuf import config_pb2
+
+        options = config_pb2.CallableOptions(
+            feed=[signature.inputs["INPUT0"].name], fetch=[signature.outputs["OUTPUT0"].name]
+        )
+        options.run_options.inter_op_thread_pool = -1
+        run_tf = tf_session._make_callable_from_options(options)
+        return lambda: run_tf(x)
     if backend == "openvino":
         import openvino as ov
 
         compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads})
         request = compiled.create_infer_request()
-        return lambda: request.infer({"INPUT0": x})
+
+        def run_openvino() -> Any:  # the backend's call: the array read in place
+            request.set_tensor("INPUT0", ov.Tensor(x, shared_memory=True))
+            request.infer()
+            return np.array(request.get_tensor("OUTPUT0").data)
+
+        return run_openvino
     raise ValueError(f"unknown backend {backend!r}")
 
 
@@ -238,12 +271,13 @@ def bench(
 ) -> dict[str, float]:
     """Back-to-back runs for ``seconds`` after a warm-up, in ``parts`` slices: the best
     slice's samples/s and ms per run (a ceiling: on a shared machine a slow slice measures
-    the neighbours, as ``loadtest/ceiling.py``), and the whole run's samples/s."""
+    the neighbours, as ``loadtest/ceiling.py``), the whole run's samples/s, and the
+    process's CPU per sample over the whole run."""
     run = _runner(backend, folder, batch, width, threads)
     warm = time.perf_counter()  # TorchScript's profiling executor settles after a few runs
     while time.perf_counter() - warm < min(1.0, seconds / 2):
         run()
-    best, total_runs, start = 0.0, 0, time.perf_counter()
+    best, total_runs, start, cpu = 0.0, 0, time.perf_counter(), time.process_time()
     for _ in range(parts):
         runs, begun = 0, time.perf_counter()
         while runs < MAX_RUNS and (runs == 0 or time.perf_counter() - begun < seconds / parts):
@@ -251,11 +285,14 @@ def bench(
             runs += 1
         best = max(best, runs / (time.perf_counter() - begun))
         total_runs += runs
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "samples_per_s": batch * best,
         "ms_per_run": 1e3 / best,
         "mean_samples_per_s": batch * total_runs / elapsed,
+        # every thread of the process (the framework's pools, spinning included): what a
+        # sample costs whatever the neighbours took meanwhile
+        "cpu_ms_per_sample": 1e3 * cpu / (batch * total_runs),
     }
 
 
@@ -266,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("root", type=Path)
     w.add_argument("--prefix", default="mlp")
     w.add_argument("--batching", action="store_true")
+    w.add_argument("--process-threads", type=int, default=None)
     b = sub.add_parser("bench")
     b.add_argument("backend", choices=BACKENDS)
     b.add_argument("folder", type=Path)
@@ -277,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.command == "write":
-        write(args.root, args.prefix, args.width, args.layers, args.threads, args.batching)
+        shape = (args.width, args.layers, args.threads, args.batching, args.process_threads)
+        write(args.root, args.prefix, *shape)
     else:
         shape = (args.batch, args.width, args.threads)
         print(json.dumps(bench(args.backend, args.folder, *shape, args.seconds)))

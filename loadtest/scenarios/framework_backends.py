@@ -1,20 +1,27 @@
 """Issue 38's performance check: each framework backend served against its framework in-process.
 
-For ONNX Runtime, PyTorch, TensorFlow SavedModel and OpenVINO, one MLP (the same
-architecture and weights in each, ``loadtest/framework_mlp.py``; 3 x 2048 FP32 by default:
-a few ms a batch) with dynamic batching, driven over gRPC at c=16 by h2load (one request of
-batch 1 each), against the same file run in-process by its framework at the server's mean
-executed batch size, with the same thread count (``--threads``, the instance's parameter
-on both sides): served req/s / in-process samples/s, target >= 0.9. Beside it, a tiny model
-of each backend (the same MLP at width 16, one layer, no batching) at c=8: the server's
-own CPU per request, by process role (``loadtest/roles.py``), against ONNX Runtime's.
+For ONNX Runtime, PyTorch, TensorFlow SavedModel and OpenVINO, one MLP per ``--mlp`` shape
+(LAYERSxWIDTH; the same architecture and weights in each framework,
+``loadtest/framework_mlp.py``; 3x2048 FP32 by default: a few ms a batch) with dynamic
+batching, driven over gRPC at c=16 by h2load (one request of batch 1 each), against the same
+file run in-process by its framework at the server's mean executed batch size, with the
+same thread count (``--threads``, the instance's parameter on both sides): served req/s /
+in-process samples/s, target >= 0.9. Beside it, a tiny model of each backend (the same MLP
+at width 16, one layer, no batching) at c=8: the server's own CPU per request, by process
+role (``loadtest/roles.py``), against ONNX Runtime's.
 
-One server holds all eight models (``--frontends`` as serve.sh); each round takes, per
-backend, the MLP served, the MLP in-process in a process of its own (the server idle
+On a machine with few cores the serving shares them with the model: served / in-process is
+at most cores / (cores + in-process samples/s x S), S the serving CPU per request (the
+"bound here" column). A second shape with more work per sample (``--mlp 3x2048 8x4096``:
+~10x the CPU a sample) is the workload where that bound is >= 0.9 on 2 cores.
+
+One server holds all the models (``--frontends`` as serve.sh); each round takes, per
+backend, each MLP served and then in-process in a process of its own (the server idle
 beside it), the tiny model served, and each side keeps its best round. Every served MLP
 output is checked against the numpy reference first.
 
     .venv/bin/python -m loadtest framework-backends        # ~3 min; results/framework_backends.md
+    .venv/bin/python -m loadtest framework-backends --mlp 3x2048 8x4096 --rounds 3  # ~15 min
     .venv/bin/python -m loadtest framework-backends --quick --only pytorch
 """
 
@@ -57,6 +64,34 @@ LABELS = {
     "tensorflow": "TensorFlow SavedModel",
     "openvino": "OpenVINO IR",
 }
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One MLP workload: ``layers`` x (MatMul + Add) at ``width``."""
+
+    layers: int
+    width: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """``LAYERSxWIDTH``, e.g. ``3x2048``."""
+        layers, sep, width = text.lower().partition("x")
+        if not sep or not layers.isdigit() or not width.isdigit() or "0" in (layers, width):
+            raise argparse.ArgumentTypeError(f"expected LAYERSxWIDTH (e.g. 3x2048), got {text!r}")
+        return cls(int(layers), int(width))
+
+    @property
+    def prefix(self) -> str:
+        """The models' name prefix: ``mlp3x2048`` (``<prefix>_<backend>``)."""
+        return f"mlp{self.layers}x{self.width}"
+
+    def model(self, backend: str) -> str:
+        return f"{self.prefix}_{backend}"
+
+    @property
+    def args(self) -> list[str]:
+        return ["--width", str(self.width), "--layers", str(self.layers)]
 
 
 @dataclass
@@ -144,56 +179,69 @@ def _framework(argv: Sequence[str], timeout: float) -> str:
     return done.stdout
 
 
-def _in_process(args: argparse.Namespace, root: Path, backend: str, batch: int) -> dict[str, float]:
+def _in_process(
+    args: argparse.Namespace, root: Path, shape: Shape, backend: str, batch: int
+) -> dict[str, float]:
     """The MLP of ``backend`` run by its framework at ``batch``, in a process of its own."""
-    bench = ["bench", backend, str(root / f"mlp_{backend}"), "--batch", str(batch)]
-    bench += ["--threads", str(args.threads), "--seconds", str(args.duration)]
-    bench += ["--width", str(args.width), "--layers", str(args.layers)]
+    bench = ["bench", backend, str(root / shape.model(backend)), "--batch", str(batch)]
+    bench += ["--threads", str(args.threads), "--seconds", str(args.duration), *shape.args]
     return {"batch": batch, **json.loads(_framework(bench, 600).strip().splitlines()[-1])}
 
 
 def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """Write the models; then ``args.rounds`` rounds of, per backend: the MLP served, the
+    """Write the models; then ``args.rounds`` rounds of, per backend: each MLP served, the
     same MLP in-process at the mean executed batch of that window (the server idle beside
     it), the tiny model served. Each side keeps its best round: on a shared machine a slow
-    round measures the neighbours (as ``loadtest/ceiling.py``)."""
-    shape = ["--width", str(args.width), "--layers", str(args.layers)]
-    _framework(["write", str(root), "--batching", "--threads", str(args.threads), *shape], 600)
+    round measures the neighbours (as ``loadtest/ceiling.py``). ``served`` and
+    ``in_process`` are keyed by model name."""
+    shapes: list[Shape] = args.mlp
+    for shape in shapes:
+        write = ["write", str(root), "--prefix", shape.prefix, "--batching"]
+        _framework([*write, "--threads", str(args.threads), *shape.args], 900)
     tiny = ["--prefix", "tiny", "--width", str(TINY_WIDTH), "--layers", "1", "--threads", "1"]
-    _framework(["write", str(root), *tiny], 600)
+    # torch's pool is one per process, sized by the model loaded last: the tiny model asks
+    # for the MLPs' count, or the served MLP would run on one thread (not the in-process two)
+    _framework(["write", str(root), *tiny, "--process-threads", str(args.threads)], 600)
     backends = [b for b in BACKENDS if not args.only or b in args.only]
     flags = ["--frontends", str(args.frontends), "--allow-metrics=false"]
-    server = ServerProcess([root], extra_args=flags).start(timeout=300)
+    server = ServerProcess([root], extra_args=flags).start(timeout=600)
     served: dict[str, Served] = {}
     in_process: dict[str, dict[str, float]] = {}
+
+    def keep(window: Served) -> None:
+        if window.model not in served or window.req_s > served[window.model].req_s:
+            served[window.model] = window
+
     try:
-        check_outputs(server.url, [f"mlp_{b}" for b in backends], args.width, args.layers)
+        for shape in shapes:
+            models = [shape.model(b) for b in backends]
+            check_outputs(server.url, models, shape.width, shape.layers)
         for _ in range(args.rounds):
             for backend in backends:
-                mlp = serve_window(
-                    server,
-                    f"mlp_{backend}",
-                    args.width,
-                    args.concurrency,
-                    args.duration,
-                    args.warmup,
-                )
-                alone = _in_process(args, root, backend, max(1, round(mlp.mean_batch)))
+                for shape in shapes:
+                    name = shape.model(backend)
+                    mlp = serve_window(
+                        server, name, shape.width, args.concurrency, args.duration, args.warmup
+                    )
+                    batch = max(1, round(mlp.mean_batch))
+                    alone = _in_process(args, root, shape, backend, batch)
+                    keep(mlp)
+                    best = in_process.get(name)
+                    if best is None or alone["samples_per_s"] > best["samples_per_s"]:
+                        in_process[name] = alone
+                    print(
+                        f"{name:>22}: {mlp.req_s:6.0f} req/s (batch {mlp.mean_batch:5.2f}, "
+                        f"{mlp.others_cores:4.2f} others' cores), in-process "
+                        f"{alone['samples_per_s']:6.0f} samples/s",
+                        file=sys.stderr,
+                    )
                 small = serve_window(
                     server, f"tiny_{backend}", TINY_WIDTH, args.tiny_concurrency, args.duration,
                     args.warmup,
                 )  # fmt: skip
-                for window in (mlp, small):
-                    if window.model not in served or window.req_s > served[window.model].req_s:
-                        served[window.model] = window
-                best = in_process.get(backend)
-                if best is None or alone["samples_per_s"] > best["samples_per_s"]:
-                    in_process[backend] = alone
+                keep(small)
                 print(
-                    f"{backend:>12}: MLP {mlp.req_s:6.0f} req/s (batch {mlp.mean_batch:5.2f}, "
-                    f"{mlp.others_cores:4.2f} others' cores), in-process "
-                    f"{alone['samples_per_s']:6.0f} samples/s; tiny {small.us_per_request:5.0f} "
-                    "µs CPU/req",
+                    f"{'tiny_' + backend:>22}: {small.us_per_request:5.0f} µs CPU/req",
                     file=sys.stderr,
                 )
     finally:
@@ -208,6 +256,105 @@ def bound(cores: int, samples_per_s: float, tiny: Served) -> float:
     requests cost beside the model (its total less its instance threads) on ``cores``."""
     serving_s = (tiny.us_per_request - tiny.roles.get("engine instance threads", 0.0)) / 1e6
     return cores / (cores + samples_per_s * serving_s)
+
+
+def _ratio(served: Mapping[str, Served], in_process: Mapping[str, Any], model: str) -> float:
+    return served[model].req_s / float(in_process[model]["samples_per_s"])
+
+
+def _shape_section(
+    args: argparse.Namespace,
+    shape: Shape,
+    backends: Sequence[str],
+    served: Mapping[str, Served],
+    in_process: Mapping[str, dict[str, float]],
+    cores: int,
+) -> list[str]:
+    """One MLP's table: served against in-process per backend, with the bound here."""
+    lines = [
+        f"## MLP {shape.layers} x {shape.width} FP32, dynamic batching, c={args.concurrency}",
+        "",
+        "The same architecture and weights in each framework, one instance with "
+        f"{args.threads} compute threads (the backend's thread parameter), batch 1 per request; "
+        "in-process: back-to-back runs by the framework itself at the server's mean executed "
+        f"batch size (rounded), same threads, {args.duration:g} s in 4 slices, the best slice "
+        "kept (a ceiling), the server idle beside it. Every served output was "
+        "checked against the numpy reference first. OpenVINO: Triton's backend fixes the batch "
+        "to max_batch_size (16) and pads smaller ones (ENABLE_BATCH_PADDING), and its CPU plugin "
+        "runs the FP32 IR in bf16 where the CPU has it (its default precision hint, left as "
+        "Triton leaves it), in both columns.",
+        "",
+    ]
+    head = [
+        "backend", "served req/s", "mean exec batch", "in-process samples/s", "ms / run in-process",
+        "served / in-process", f">= {TARGET}", "bound here", "server CPU µs/req",
+        "in-process CPU µs/sample", "CPU: in-process / served", "others' cores",
+    ]  # fmt: skip
+    rows = []
+    for backend in backends:
+        name = shape.model(backend)
+        s, p = served[name], in_process[name]
+        ratio = _ratio(served, in_process, name)
+        cpu = p.get("cpu_ms_per_sample")
+        rows.append([
+            LABELS[backend], fmt(s.req_s, 0), fmt(s.mean_batch, 2),
+            f"{fmt(p['samples_per_s'], 0)} (batch {int(p['batch'])})", fmt(p["ms_per_run"], 2),
+            fmt(ratio, 2), "yes" if ratio >= TARGET else "**no**",
+            fmt(bound(cores, p["samples_per_s"], served[f"tiny_{backend}"]), 2),
+            fmt(s.us_per_request, 0), "" if cpu is None else fmt(1e3 * cpu, 0),
+            "" if cpu is None else fmt(1e3 * cpu / s.us_per_request, 2), fmt(s.others_cores, 2),
+        ])  # fmt: skip
+    lines += table(head, rows, "lrrrrrlrrrrr")
+    lines += [
+        "",
+        "CPU: in-process / served is the CPU a sample costs in-process (every thread of that "
+        "process, over its whole run) over the server's CPU per request in its best window: "
+        "what serving adds to the model's own work, which the neighbours' load moves far less "
+        "than throughput (with the cores to themselves and kept busy, both sides' throughput "
+        "would follow it).",
+    ]
+    above = [
+        LABELS[b]
+        for b in backends
+        if _ratio(served, in_process, shape.model(b))
+        > bound(cores, in_process[shape.model(b)]["samples_per_s"], served[f"tiny_{b}"])
+    ]
+    if above:
+        lines += [
+            "",
+            f"Above its bound: {', '.join(above)}. Served and in-process ran in different "
+            "seconds; a neighbour that took the cores during the in-process run makes the "
+            "ratio look better than it is (the bound, from the same in-process figure, is then "
+            "too low as well).",
+        ]
+    return [*lines, ""]
+
+
+def _summary(
+    shapes: Sequence[Shape],
+    backends: Sequence[str],
+    served: Mapping[str, Served],
+    in_process: Mapping[str, dict[str, float]],
+    cores: int,
+) -> list[str]:
+    """served / in-process (and the bound here) of every shape side by side."""
+    head = ["backend"]
+    for shape in shapes:
+        head += [f"{shape.layers} x {shape.width}: served / in-process", "bound here"]
+    rows = []
+    for backend in backends:
+        row = [LABELS[backend]]
+        for shape in shapes:
+            name = shape.model(backend)
+            limit = bound(cores, in_process[name]["samples_per_s"], served[f"tiny_{backend}"])
+            row += [fmt(_ratio(served, in_process, name), 2), fmt(limit, 2)]
+        rows.append(row)
+    return [
+        "## Side by side",
+        "",
+        *table(head, rows, "l" + "rr" * len(shapes)),
+        "",
+    ]
 
 
 def report(args: argparse.Namespace, argv: Sequence[str], data: Mapping[str, Any]) -> str:
@@ -226,67 +373,29 @@ def report(args: argparse.Namespace, argv: Sequence[str], data: Mapping[str, Any
         f"{args.rounds} round(s), the best of each side kept (a slow round measures the "
         "neighbours).",
         "",
-        f"## MLP {args.layers} x {args.width} FP32, dynamic batching, c={args.concurrency}",
-        "",
-        "The same architecture and weights in each framework, one instance with "
-        f"{args.threads} compute threads (the backend's thread parameter), batch 1 per request; "
-        "in-process: back-to-back runs by the framework itself at the server's mean executed "
-        f"batch size (rounded), same threads, {args.duration:g} s in 4 slices, the best slice "
-        "kept (a ceiling), the server idle beside it. Every served output was "
-        "checked against the numpy reference first. OpenVINO: Triton's backend fixes the batch "
-        "to max_batch_size (16) and pads smaller ones (ENABLE_BATCH_PADDING), and its CPU plugin "
-        "runs the FP32 IR in bf16 where the CPU has it (its default precision hint, left as "
-        "Triton leaves it), in both columns.",
-        "",
     ]
-    head = [
-        "backend", "served req/s", "mean exec batch", "in-process samples/s", "ms / run in-process",
-        "served / in-process", f">= {TARGET}", "bound here", "server CPU µs/req",
-        "others' cores",
-    ]  # fmt: skip
-    rows = []
     cores = os.cpu_count() or 1
-    for backend in backends:
-        s, p = served[f"mlp_{backend}"], in_process[backend]
-        ratio = s.req_s / p["samples_per_s"]
-        rows.append([
-            LABELS[backend], fmt(s.req_s, 0), fmt(s.mean_batch, 2),
-            f"{fmt(p['samples_per_s'], 0)} (batch {int(p['batch'])})", fmt(p["ms_per_run"], 2),
-            fmt(ratio, 2), "yes" if ratio >= TARGET else "**no**",
-            fmt(bound(cores, p["samples_per_s"], served[f"tiny_{backend}"]), 2),
-            fmt(s.us_per_request, 0), fmt(s.others_cores, 2),
-        ])  # fmt: skip
-    lines += table(head, rows, "lrrrrrlrrr")
-    above = [
-        LABELS[b]
-        for b in backends
-        if served[f"mlp_{b}"].req_s / in_process[b]["samples_per_s"]
-        > bound(cores, in_process[b]["samples_per_s"], served[f"tiny_{b}"])
-    ]
-    if above:
-        lines += [
-            "",
-            f"Above its bound: {', '.join(above)}. Served and in-process ran in different "
-            "seconds; a neighbour that took the cores during the in-process run makes the "
-            "ratio look better than it is (the bound, from the same in-process figure, is then "
-            "too low as well).",
-        ]
+    shapes: list[Shape] = args.mlp
+    for shape in shapes:
+        lines += _shape_section(args, shape, backends, served, in_process, cores)
+    if len(shapes) > 1:
+        lines += _summary(shapes, backends, served, in_process, cores)
     lines += [
-        "",
         f"On {cores} cores the serving itself (gRPC in, batching, the frontends and the engine, "
         "the answer out) runs on the cores the model needs, and so does the client: with S the "
         "serving CPU per request (the tiny model's total less its instance threads, below), "
         f"served / in-process is at most {cores} / ({cores} + in-process samples/s x S), the "
         '"bound here" column, whatever the backend. Meeting 0.9 on this machine takes a model '
-        "that needs about 9 x S / cores of CPU per sample or more, or more cores than the "
-        "serving needs (results/mlp4096: ONNX at width 4096, c=64, 0.58 against the same bound).",
+        "whose in-process run takes 9 x S / cores per sample or more (a larger `--mlp`), or "
+        "more cores than the serving needs.",
         "",
         "## The server's own cost per request: a tiny model, no batching, "
         f"c={args.tiny_concurrency}",
         "",
         f"The same MLP at width {TINY_WIDTH}, one layer (one MatMul + Add), one instance with one "
-        "thread: µs of CPU (user + system) of the server's processes per request it counted, "
-        "by role (`loadtest/roles.py`).",
+        "thread (PyTorch: the MLPs' count, its pool being one per process; a width-16 MatMul "
+        "runs on one thread anyway): µs of CPU (user + system) of the server's processes per "
+        "request it counted, by role (`loadtest/roles.py`).",
         "",
     ]
     roles = sorted(
@@ -319,8 +428,14 @@ class FrameworkBackends(Scenario):
             quick_values={"duration": 2.0, "warmup": 1.0, "rounds": 1},
         )  # fmt: skip
         parser.add_argument("--tiny-concurrency", type=int, default=8)
-        parser.add_argument("--width", type=int, default=2048)
-        parser.add_argument("--layers", type=int, default=3)
+        parser.add_argument(
+            "--mlp",
+            nargs="+",
+            type=Shape.parse,
+            default=[Shape(3, 2048)],
+            metavar="LAYERSxWIDTH",
+            help="the MLPs served, e.g. 3x2048 8x4096 (default 3x2048)",
+        )
         parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
         parser.add_argument("--frontends", type=int, default=os.cpu_count() or 1)
         parser.add_argument("--only", nargs="*", default=[], choices=BACKENDS)

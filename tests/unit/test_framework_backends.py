@@ -68,15 +68,16 @@ def test_report_divides_served_by_in_process_and_compares_tiny_costs(
     monkeypatch.setattr(fb.os, "cpu_count", lambda: 2)
     args = parse(fb.FrameworkBackends, [])
     assert (args.concurrency, args.rounds, args.tiny_concurrency) == (16, 2, 8)
+    assert args.mlp == [fb.Shape(3, 2048)]
     served = {
-        "mlp_onnxruntime": _served("mlp_onnxruntime", 950.0, 900.0),
-        "mlp_pytorch": _served("mlp_pytorch", 400.0, 900.0),
+        "mlp3x2048_onnxruntime": _served("mlp3x2048_onnxruntime", 950.0, 900.0),
+        "mlp3x2048_pytorch": _served("mlp3x2048_pytorch", 400.0, 900.0),
         "tiny_onnxruntime": _served("tiny_onnxruntime", 2000.0, 600.0),
         "tiny_pytorch": _served("tiny_pytorch", 1800.0, 900.0),
     }
     in_process = {
-        "onnxruntime": {"batch": 8, "samples_per_s": 1000.0, "ms_per_run": 8.0},
-        "pytorch": {"batch": 8, "samples_per_s": 800.0, "ms_per_run": 10.0},
+        "mlp3x2048_onnxruntime": {"batch": 8, "samples_per_s": 1000.0, "ms_per_run": 8.0},
+        "mlp3x2048_pytorch": {"batch": 8, "samples_per_s": 800.0, "ms_per_run": 10.0},
     }
     data = {"backends": ["onnxruntime", "pytorch"], "served": served, "in_process": in_process}
     text = fb.report(args, ["framework-backends"], data)
@@ -88,6 +89,40 @@ def test_report_divides_served_by_in_process_and_compares_tiny_costs(
     # ONNX: 0.95 served / in-process against 2 / (2 + 1000 x 600 µs) = 0.77: flagged
     assert "| 0.77 |" in onnx_row
     assert "Above its bound: ONNX Runtime." in text
+    assert "## Side by side" not in text  # one shape: nothing to set beside it
+
+
+def test_a_second_shape_gets_its_table_and_the_side_by_side_ratios(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--mlp 3x2048 8x4096``: each shape's models, table and ratio against its bound."""
+    monkeypatch.setattr(fb.os, "cpu_count", lambda: 2)
+    args = parse(fb.FrameworkBackends, ["--mlp", "3x2048", "8x4096"])
+    small, large = fb.Shape(3, 2048), fb.Shape(8, 4096)
+    assert args.mlp == [small, large] and large.model("pytorch") == "mlp8x4096_pytorch"
+    served = {
+        "mlp3x2048_pytorch": _served("mlp3x2048_pytorch", 400.0, 900.0),
+        "mlp8x4096_pytorch": _served("mlp8x4096_pytorch", 95.0, 900.0),
+        "tiny_pytorch": _served("tiny_pytorch", 1800.0, 500.0),
+    }
+    in_process = {
+        "mlp3x2048_pytorch": {"batch": 8, "samples_per_s": 800.0, "ms_per_run": 10.0},
+        "mlp8x4096_pytorch": {
+            "batch": 16,
+            "samples_per_s": 100.0,
+            "ms_per_run": 160.0,
+            "cpu_ms_per_sample": 0.81,
+        },
+    }
+    data = {"backends": ["pytorch"], "served": served, "in_process": in_process}
+    text = fb.report(args, ["framework-backends"], data)
+    assert "## MLP 3 x 2048 FP32" in text and "## MLP 8 x 4096 FP32" in text
+    # 2 / (2 + 800 x 500 µs) = 0.83 and 2 / (2 + 100 x 500 µs) = 0.98
+    assert "| PyTorch (TorchScript) | 0.50 | 0.83 | 0.95 | 0.98 |" in text
+    # the large shape's row: 810 µs of CPU a sample in-process against 900 served
+    assert "| 900 | 810 | 0.90 | 0.10 |" in text
+    with pytest.raises(SystemExit):
+        parse(fb.FrameworkBackends, ["--mlp", "4096"])
 
 
 def test_bound_leaves_out_the_tiny_models_own_execution() -> None:

@@ -331,18 +331,26 @@ class OpenVinoInstance:
                 if not self._padding:
                     raise batch_error(self._max_batch, batch)
                 pad = self._max_batch - batch
-        feed = {}
+        request = self._request
         for name, array in inputs.items():
             if pad:
                 array = np.concatenate([array, np.zeros((pad, *array.shape[1:]), array.dtype)])
-            feed[name] = np.ascontiguousarray(array)
+            array = np.ascontiguousarray(array)
+            # The request reads the array in place, as Triton's backend sets its input
+            # buffers; a read-only one (a wire buffer) is copied by OpenVINO.
+            tensor = ov.Tensor(array, shared_memory=array.flags.writeable)
+            try:
+                request.set_tensor(name, tensor)
+            except Exception as exc:
+                raise _ov_error("setting tensor data", exc) from None
         try:
-            self._request.infer(feed)
+            request.infer()
         except Exception as exc:
             raise _ov_error("running async inference", exc) from None
         produced: dict[str, Array] = {}
         for name in self._outputs:
-            value = np.array(self._request.get_tensor(name).data)
+            # A copy: the request reuses its output buffers on the next run.
+            value = np.array(request.get_tensor(name).data)
             if self._max_batch > 0:
                 if value.shape[0] not in (self._max_batch, self._max_batch - pad):
                     raise Internal(

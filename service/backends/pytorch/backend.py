@@ -106,8 +106,27 @@ def _set_threads(config: mc.ModelConfig, options: TorchOptions, spec: InstanceSp
             log.warning("model '%s': INTER_OP_THREAD_COUNT not applied: %s", config.name, exc)
 
 
+#: The JIT settings last applied (``_modes``); guarded by the GIL like the settings are.
+_APPLIED: list[tuple[bool, bool | None, bool | None, bool | None, bool] | None] = [None]
+
+
+def _modes(options: TorchOptions) -> tuple[bool, bool | None, bool | None, bool | None, bool]:
+    return (
+        options.optimized_execution,
+        options.jit_profiling,
+        options.jit_executor,
+        options.tensor_fuser,
+        options.cudnn,
+    )
+
+
 def _apply_modes(options: TorchOptions) -> None:
-    """The process-wide JIT settings Triton sets before each forward()."""
+    """The process-wide JIT settings Triton sets before each forward(). Only this module
+    sets them, so a forward() after one of a model with the same settings skips the five
+    calls (they are ~10 % of a small model's call)."""
+    modes = _modes(options)
+    if _APPLIED[0] == modes:
+        return
     torch._C._set_graph_executor_optimize(options.optimized_execution)
     if options.jit_profiling is not None:
         torch._C._jit_set_profiling_mode(options.jit_profiling)
@@ -116,6 +135,7 @@ def _apply_modes(options: TorchOptions) -> None:
     if options.tensor_fuser is not None:
         torch._C._jit_set_texpr_fuser_enabled(options.tensor_fuser)
     torch.backends.cudnn.enabled = options.cudnn
+    _APPLIED[0] = modes
 
 
 class PyTorchBackend(FrameworkBackend["PyTorchInstance"]):
@@ -182,12 +202,19 @@ class PyTorchInstance:
         self.spec = spec
         self._model = config.name
         self._module = module
+        # forward() itself, as Triton's libtorch backend calls it: nn.Module.__call__'s hook
+        # machinery is Python a loaded TorchScript module never uses.
+        self._forward = module.forward
         self._layout = layout
         self._outputs = outputs
         self._options = options
         self._device = device
         self._on_cpu = device.type == "cpu" or spec.kind == "KIND_MODEL"
         self._shared = shared
+        # Made once and entered per call (an instance runs one call at a time): inference
+        # mode turns gradients off as no_grad does (Triton enters both; the second is a
+        # no-op under the first).
+        self._grad_off = torch.inference_mode() if options.inference_mode else torch.no_grad()
         self._strings = {i.name for i in config.input if i.data_type == mc.TYPE_STRING} | {
             s.input_name for s in config.sequence_batching.state if s.data_type == mc.TYPE_STRING
         }
@@ -201,17 +228,17 @@ class PyTorchInstance:
         values = {name: self._to_torch(name, array) for name, array in inputs.items()}
         options = self._options
         try:
-            with torch.inference_mode(options.inference_mode), torch.no_grad():
+            with self._grad_off:
                 _apply_modes(options)
                 if self._layout.as_dict:
-                    result = self._module(values)
+                    result = self._forward(values)
                 else:
                     arguments: list[Any] = [None] * self._layout.arguments
                     for name, value in values.items():
                         place = self._layout.positions.get(name)
                         if place is not None and place < len(arguments):
                             arguments[place] = value
-                    result = self._module(*arguments)
+                    result = self._forward(*arguments)
             elements = self._elements(result)
         except ServerError:
             raise
@@ -281,7 +308,8 @@ class PyTorchInstance:
                 )
             if value.dim() == 0:
                 raise InvalidArgument(f"output '{name}' is a scalar which is not supported.")
-            array: Array = value.detach().cpu().contiguous().numpy()
+            # force: detached and on the CPU, in one call (a view when it already is).
+            array: Array = np.ascontiguousarray(value.numpy(force=True))
             return array
         if isinstance(value, list):
             out = np.empty(len(value), dtype=np.object_)
@@ -294,5 +322,6 @@ class PyTorchInstance:
             _SHARED.release(self._shared)
             self._shared = None
         self._module = None
+        self._forward = None
         if not self._on_cpu and torch.cuda.is_available():
             torch.cuda.empty_cache()

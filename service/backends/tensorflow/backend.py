@@ -13,7 +13,14 @@ tensorflow backend runs them (tensorflow_backend r24.10).
   decision 062): oneDNN's MatMul reorders all its weights again on every call whose batch
   size wants another weight layout than the first call's, as the batcher's sizes vary.
 
-``Session.run`` releases the GIL, so instances in worker threads run in parallel.
+* Calls: one callable per (feeds, fetches) signature, made once by the session
+  (``Session._make_callable_from_options``, what ``make_callable`` builds on) and called
+  with the numpy arrays: ``Session.run``'s Python (fetch mappers, feed-dict checks, result
+  building) cost ~10x the run of a small graph (decision 068). With one inter-op thread
+  (TF_NUM_INTER_THREADS 1, or one core's share) a CPU instance runs the graph's ops in its
+  own thread rather than handing them to a pool of one and waiting.
+
+A session's run releases the GIL, so instances in worker threads run in parallel.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ os.environ.update({name: os.environ.get(name, value) for name, value in TF_ENVIR
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import config_pb2
 
 from inference import model_config_pb2 as mc
 
@@ -105,7 +113,11 @@ class TensorFlowBackend(FrameworkBackend["TensorFlowInstance"]):
             options.intra_op_threads or spec.threads,
             options.inter_op_threads or spec.threads,
         )
-        return TensorFlowInstance(config, spec, session, inputs, outputs)
+        # One inter-op thread runs a graph's ops one at a time, as the caller's thread does
+        # without the hand-off to the pool and the wait for it (CPU graphs: a graph on
+        # several devices has several executors, which TensorFlow runs in its pool anyway).
+        inline = spec.kind == "KIND_CPU" and (options.inter_op_threads or spec.threads) == 1
+        return TensorFlowInstance(config, spec, session, inputs, outputs, inline)
 
 
 def _load(model: str, path: Path, options: TfOptions, spec: InstanceSpec) -> tuple[Any, Any]:
@@ -146,9 +158,11 @@ class TensorFlowInstance:
         session: Any,
         inputs: list[SignatureTensor],
         outputs: list[SignatureTensor],
+        inline: bool = False,
     ) -> None:
         self.spec = spec
         self._session = session
+        self._inline = inline
         batched = config.max_batch_size > 0
         self._signature = ModelSignature(
             inputs=[tensor_spec(e, config.input, batched) for e in inputs],
@@ -156,21 +170,50 @@ class TensorFlowInstance:
         )
         self._feeds = {e.key: e.tensor for e in inputs}
         self._fetches = {e.key: e.tensor for e in outputs}
+        graph = session.graph
+        # What Session.run converts a fed value to (the placeholder's numpy type).
+        self._feed_types = {
+            e.key: graph.get_tensor_by_name(e.tensor).dtype.as_numpy_dtype for e in inputs
+        }
+        self._callables: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
 
     def signature(self) -> ModelSignature:
         """The SignatureDef's tensors by key: what auto-complete fills the config from."""
         return self._signature
 
     def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
-        feeds = {self._feeds[name]: array for name, array in inputs.items() if name in self._feeds}
-        fetches = [self._fetches[name] for name in outputs]
+        names = tuple(name for name in inputs if name in self._feeds)
+        wanted = tuple(outputs)
+        if not wanted:
+            return {}  # Session.run runs nothing for no fetches
+        types = self._feed_types
         try:
-            results = self._session.run(fetches, feed_dict=feeds)
+            run = self._callables.get((names, wanted))
+            if run is None:
+                run = self._callable(names, wanted)
+            # asarray: Session.run's conversion of a fed value (a no-op for the batcher's
+            # arrays, which already have the config's type).
+            results = run(*(np.asarray(inputs[name], dtype=types[name]) for name in names))
         except Exception as exc:
             raise Internal(f"TensorFlow execute failure: {_first_line(exc)}") from exc
-        return {name: _array(value) for name, value in zip(outputs, results, strict=True)}
+        return {name: _array(value) for name, value in zip(wanted, results, strict=True)}
+
+    def _callable(self, names: tuple[str, ...], wanted: tuple[str, ...]) -> Any:
+        """The session's callable feeding ``names`` and fetching ``wanted`` (signature keys),
+        made on first use and kept: the executor TensorFlow builds for it is the one
+        ``Session.run`` would pick for the same feeds and fetches."""
+        options = config_pb2.CallableOptions(
+            feed=[self._feeds[name] for name in names],
+            fetch=[self._fetches[name] for name in wanted],
+        )
+        if self._inline:
+            options.run_options.inter_op_thread_pool = -1  # the caller's thread
+        made = self._session._make_callable_from_options(options)
+        self._callables[(names, wanted)] = made
+        return made
 
     def close(self) -> None:
+        self._callables.clear()  # each releases its handle while the session is open
         if self._session is not None:
             self._session.close()
             self._session = None
