@@ -22,10 +22,10 @@ def test_every_transport_echoes_and_is_measured(kind: str) -> None:
         for outstanding in (1, 8):
             figures = channel_bench._window(driver, outstanding, 0.05, 0.2)
             assert figures["rate"] > 0
-            # CPU per message is measured, not bounded: the kernel's per-process user /
-            # system split of /proc/PID/stat may step back by a tick when threads end
-            assert math.isfinite(figures["client_us"]) and math.isfinite(figures["echo_us"])
-            assert figures["wakeups"] >= 0
+            # CPU and wake-ups per message are measured, not bounded: the kernel's
+            # per-process user / system split may step back by a tick when threads end,
+            # and a thread that ends takes its context switches out of /proc's task list
+            assert all(math.isfinite(figures[key]) for key in ("client_us", "echo_us", "wakeups"))
         assert driver.child.poll() is None  # the echo side still serves
     finally:
         driver.close()
