@@ -23,10 +23,14 @@ gen_qa_models.py's TF paths with numpy 2), named by ``TRITON_QA_GEN_PYTHON``
   backend; test.sh makes no ragged savedmodel model).
 - dyna_sequence_batcher[_batching]_savedmodel: qa/L0_dyna_sequence_batcher's two phases,
   BACKENDS=savedmodel, on gen_qa_dyna_sequence_models --savedmodel.
+- infer_zero_savedmodel: qa/L0_infer_zero, BACKENDS=savedmodel, on gen_qa_identity_models
+  --savedmodel with the identity ensembles.
 
 Left out: graphdef (``tensorflow_graphdef`` is not built), the ensembles of L0_infer
 (ENSEMBLES=1 needs graphdef models too), gen_qa_implicit_models (no savedmodel models).
 """
+
+import os
 
 from _framework import (
     batcher_suites,
@@ -53,6 +57,22 @@ DYNA = generator(
     "gen_qa_dyna_sequence_models.py",
     "--savedmodel",
 )
+IDENTITY = generator(
+    "qa_identity_model_repository_savedmodel", "gen_qa_identity_models.py", "--savedmodel"
+)
+ENSEMBLES = generator("qa_identity_ensemble_repository", "gen_qa_identity_models.py", "--ensemble")
+
+
+def repo_infer_zero(r):
+    """L0_infer_zero/test.sh: qa_identity_model_repository (savedmodel's) and its identity
+    ensembles (their nop_* steps run on the identity backend, version folders made as
+    create_nop_version_dir does)."""
+    repo_generated(IDENTITY, "savedmodel")(r)
+    root = r.gen(ENSEMBLES)
+    for model in sorted(os.listdir(root)):
+        r.copy(os.path.join(root, model), model)
+        if model.startswith("nop_"):
+            r.mkdir(f"{model}/1")
 
 
 def repo_sequence_savedmodel(r):
@@ -149,4 +169,15 @@ NOT_VALIDATED = [
         )
     ),
     *dyna_sequence_suites("savedmodel", DYNA, _NOTE + "; BACKENDS=savedmodel"),
+    not_validated(
+        "infer_zero_savedmodel",
+        "L0_infer_zero",
+        "infer_zero_test.py",
+        ["InferZeroTest"],
+        repo_infer_zero,
+        _NOTE + "; BACKENDS=savedmodel, with the identity ensembles (nop_* on the identity "
+        "backend)",
+        env={"BACKENDS": "savedmodel"},
+        timeout=600,
+    ),
 ]
