@@ -12,7 +12,9 @@ Each recipe mirrors one test.sh step for one backend:
   ``var_models`` (with its ragged ``<prefix>_zero_1_float32`` where test.sh makes one,
   and ``custom_zero_1_float32``, the identity backend, which every BACKENDS runs);
 - ``repo_dyna_sequence``: L0_dyna_sequence_batcher's ``models`` (``count: 1``; the second
-  phase with ``max_candidate_sequences:4`` and a 5 s queue delay).
+  phase with ``max_candidate_sequences:4`` and a 5 s queue delay);
+- ``repo_infer_zero``: L0_infer_zero's identity models with the identity ensembles
+  (``copy_all``: a whole generated repository, nop_* version folders made).
 """
 
 from __future__ import annotations
@@ -63,6 +65,32 @@ def not_validated(
         note=note,
         **kwargs,
     )
+
+
+def copy_all(r: Any, repo: str) -> None:
+    """Every model of a generated repository; a ``nop_*`` step gets the empty version
+    folder test.sh's create_nop_version_dir makes (the identity backend serves it)."""
+    root = r.gen(repo)
+    for model in sorted(os.listdir(root)):
+        r.copy(os.path.join(root, model), model)
+        if model.startswith("nop_"):
+            r.mkdir(f"{model}/1")
+
+
+IDENTITY_ENSEMBLES = generator(
+    "qa_identity_ensemble_repository", "gen_qa_identity_models.py", "--ensemble"
+)
+
+
+def repo_infer_zero(identity_repo: str, prefix: str) -> Recipe:
+    """L0_infer_zero/test.sh: qa_identity_model_repository (the ``prefix`` backend's) and
+    its identity ensembles."""
+
+    def recipe(r: Any) -> None:
+        repo_generated(identity_repo, prefix)(r)
+        copy_all(r, IDENTITY_ENSEMBLES)
+
+    return recipe
 
 
 def repo_generated(repo: str, prefix: str, append: str = "") -> Recipe:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from _framework import (
     batcher_suites,
+    copy_all,
     dyna_sequence_suites,
     generator,
     instance_count,
@@ -54,6 +55,7 @@ from _framework import (
     repo_batcher_preferred_only,
     repo_batcher_variable,
     repo_generated,
+    repo_infer_zero,
 )
 from manifest import SEQ_NO_DELAY, Suite, _seq_env
 
@@ -66,7 +68,6 @@ VARIABLE = generator(
 IDENTITY = generator(
     "qa_identity_model_repository_libtorch", "gen_qa_identity_models.py", "--libtorch"
 )
-ENSEMBLES = generator("qa_identity_ensemble_repository", "gen_qa_identity_models.py", "--ensemble")
 SEQUENCE = generator(
     "qa_sequence_model_repository_libtorch", "gen_qa_sequence_models.py", "--libtorch"
 )
@@ -170,26 +171,6 @@ def _ragged_zero(r):
     )
 
 
-def repo_infer_zero(r):
-    """L0_infer_zero/test.sh: qa_identity_model_repository (libtorch's) and its identity
-    ensembles (their nop_* steps run on the identity backend, version folders made as
-    create_nop_version_dir does)."""
-    repo_generated(IDENTITY, "libtorch")(r)
-    root = r.gen(ENSEMBLES)
-    for model in sorted(os.listdir(root)):
-        r.copy(os.path.join(root, model), model)
-        if model.startswith("nop_"):
-            r.mkdir(f"{model}/1")
-
-
-def _copy_all(r, repo):
-    root = r.gen(repo)
-    for model in sorted(os.listdir(root)):
-        r.copy(os.path.join(root, model), model)
-        if model.startswith("nop_"):  # create_nop_version_dir
-            r.mkdir(f"{model}/1")
-
-
 def _as_identity(r, model, name):
     """A graphdef reshape model as test.sh's custom_* copies are: the identity backend."""
     if name != model:
@@ -208,8 +189,8 @@ def repo_infer_reshape(r):
     custom_* identity copies of graphdef models test.sh makes, nop version folders. The
     graphdef models themselves (tensorflow_graphdef is not built) are stood in for by the
     identity backend the same way: their qa models are identities too."""
-    _copy_all(r, RESHAPE)
-    _copy_all(r, RESHAPE_ENSEMBLES)
+    copy_all(r, RESHAPE)
+    copy_all(r, RESHAPE_ENSEMBLES)
     text = Path(r.qa("L0_infer_reshape/test.sh")).read_text()
     listed = re.search(r"for i in \\\n(.*?); do\n\s*cp -r models/graphdef_", text, re.S)
     assert listed is not None, "no custom_* list in L0_infer_reshape/test.sh"
@@ -371,7 +352,7 @@ NOT_VALIDATED = [
         "L0_infer_zero",
         "infer_zero_test.py",
         INFER_ZERO_TESTS,
-        repo_infer_zero,
+        repo_infer_zero(IDENTITY, "libtorch"),
         _NOTE + "; BACKENDS=libtorch, with the identity ensembles (nop_* on the identity backend)",
         env={"BACKENDS": "libtorch"},
         timeout=600,

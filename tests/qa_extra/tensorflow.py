@@ -30,8 +30,6 @@ Left out: graphdef (``tensorflow_graphdef`` is not built), the ensembles of L0_i
 (ENSEMBLES=1 needs graphdef models too), gen_qa_implicit_models (no savedmodel models).
 """
 
-import os
-
 from _framework import (
     batcher_suites,
     dyna_sequence_suites,
@@ -42,6 +40,7 @@ from _framework import (
     repo_batcher_preferred_only,
     repo_batcher_variable,
     repo_generated,
+    repo_infer_zero,
 )
 from manifest import SEQ_NO_DELAY, Suite, _seq_env
 
@@ -60,19 +59,6 @@ DYNA = generator(
 IDENTITY = generator(
     "qa_identity_model_repository_savedmodel", "gen_qa_identity_models.py", "--savedmodel"
 )
-ENSEMBLES = generator("qa_identity_ensemble_repository", "gen_qa_identity_models.py", "--ensemble")
-
-
-def repo_infer_zero(r):
-    """L0_infer_zero/test.sh: qa_identity_model_repository (savedmodel's) and its identity
-    ensembles (their nop_* steps run on the identity backend, version folders made as
-    create_nop_version_dir does)."""
-    repo_generated(IDENTITY, "savedmodel")(r)
-    root = r.gen(ENSEMBLES)
-    for model in sorted(os.listdir(root)):
-        r.copy(os.path.join(root, model), model)
-        if model.startswith("nop_"):
-            r.mkdir(f"{model}/1")
 
 
 def repo_sequence_savedmodel(r):
@@ -174,7 +160,7 @@ NOT_VALIDATED = [
         "L0_infer_zero",
         "infer_zero_test.py",
         ["InferZeroTest"],
-        repo_infer_zero,
+        repo_infer_zero(IDENTITY, "savedmodel"),
         _NOTE + "; BACKENDS=savedmodel, with the identity ensembles (nop_* on the identity "
         "backend)",
         env={"BACKENDS": "savedmodel"},
