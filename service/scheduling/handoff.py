@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Mailbox", "mailbox_for"]
+__all__ = ["Mailbox", "mailbox_for", "one_per_loop"]
+
+T = TypeVar("T")
 
 
 class Mailbox:
@@ -52,9 +54,20 @@ _mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
 
 def mailbox_for(loop: asyncio.AbstractEventLoop) -> Mailbox:
     """The one mailbox of ``loop`` (called on the loop's thread)."""
-    box = _mailboxes.get(loop)
-    if box is None:
-        for old in [old for old in _mailboxes if old.is_closed()]:
-            del _mailboxes[old]
-        box = _mailboxes[loop] = Mailbox(loop)
-    return box
+    return one_per_loop(_mailboxes, loop, Mailbox)
+
+
+def one_per_loop(
+    registry: dict[asyncio.AbstractEventLoop, T],
+    loop: asyncio.AbstractEventLoop,
+    make: Callable[[asyncio.AbstractEventLoop], T],
+) -> T:
+    """``registry``'s object for ``loop``, made on first use (called on the loop's
+    thread); entries of closed loops are dropped then (tests run many loops in one
+    process)."""
+    found = registry.get(loop)
+    if found is None:
+        for old in [old for old in registry if old.is_closed()]:
+            del registry[old]
+        found = registry[loop] = make(loop)
+    return found

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Mapping
 
 from ..backends.base import Array, RequestInstance
+from .handoff import one_per_loop
 from .instances import InstancePool, Remote
 
 __all__ = [
@@ -182,9 +183,4 @@ _turns: dict[asyncio.AbstractEventLoop, LoopTurn] = {}
 
 def turn_of(loop: asyncio.AbstractEventLoop) -> LoopTurn:
     """The one ``LoopTurn`` of ``loop`` (called on the loop's thread)."""
-    turn = _turns.get(loop)
-    if turn is None:
-        for old in [old for old in _turns if old.is_closed()]:
-            del _turns[old]
-        turn = _turns[loop] = LoopTurn(loop)
-    return turn
+    return one_per_loop(_turns, loop, LoopTurn)
