@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import resource
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +47,7 @@ from loadtest import REPO_ROOT, RESULTS
 from loadtest.metrics import process_cpu_seconds
 from loadtest.report import fmt, loadavg, median, publish, table
 from loadtest.scenario import Scenario, register, window_args
+from loadtest.scenarios.worker_channel import calls_in_threads
 
 KINDS = ("socketpair", "framing", "worker", "local", "ring", "ring-async", "ring-frames")
 _PAYLOAD = b"x" * 64
@@ -353,23 +354,8 @@ class _Local(_Driver):
         self.method = LOCAL_METHOD.encode()
 
     def run(self, n: int, seconds: float) -> int:
-        stop = threading.Event()
-        counts = [0] * n
-        call, method = self.channel.call, self.method
-
-        def loop(index: int) -> None:
-            while not stop.is_set():
-                call(method, [_PAYLOAD], None)
-                counts[index] += 1
-
-        threads = [threading.Thread(target=loop, args=(i,)) for i in range(n)]
-        for thread in threads:
-            thread.start()
-        time.sleep(seconds)
-        stop.set()
-        for thread in threads:
-            thread.join()
-        return sum(counts)
+        one = functools.partial(self.channel.call, self.method, [_PAYLOAD], None)
+        return calls_in_threads([one] * n, seconds)
 
     def close(self) -> None:
         self.channel.close()

@@ -103,6 +103,19 @@ def _drive(
     calls: list[Callable[[], None]], seconds: float, pids: list[int]
 ) -> tuple[int, float, float]:
     """Run each call in its own thread for ``seconds``: (round trips, wall, CPU)."""
+    for call in calls:  # warm up
+        call()
+    cpu0 = _cpu_seconds(pids)
+    start = time.perf_counter()
+    count = calls_in_threads(calls, seconds)
+    wall = time.perf_counter() - start
+    cpu = _cpu_seconds(pids) - cpu0
+    return count, wall, cpu
+
+
+def calls_in_threads(calls: list[Callable[[], None]], seconds: float) -> int:
+    """Each call again and again in its own thread for ``seconds`` (the last ones
+    finish after it): how many calls returned."""
     stop = threading.Event()
     counts = [0] * len(calls)
 
@@ -111,10 +124,6 @@ def _drive(
             call()
             counts[index] += 1
 
-    for call in calls:  # warm up
-        call()
-    cpu0 = _cpu_seconds(pids)
-    start = time.perf_counter()
     threads = [threading.Thread(target=loop, args=(i, c)) for i, c in enumerate(calls)]
     for thread in threads:
         thread.start()
@@ -122,9 +131,7 @@ def _drive(
     stop.set()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - start
-    cpu = _cpu_seconds(pids) - cpu0
-    return sum(counts), wall, cpu
+    return sum(counts)
 
 
 def _echo_child(kind: str, pairs: int) -> tuple[subprocess.Popen[bytes], list[socket.socket]]:
