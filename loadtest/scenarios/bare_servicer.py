@@ -3,10 +3,13 @@
 Class-based, the generated stubs, numpy on ``raw_input_contents``; it knows ``add_sub*``
 (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1) and ``identity*`` (outputs = inputs)
 by name, and counts successes for ModelStatistics so that cpu-bench counts them alike for
-it and for ours. ``--model-thread`` (compute in one thread fed by a queue, as no model may
-run on a loop's thread), ``--onnxruntime`` (add_sub by an ONNX Runtime session) and
-``--hop`` (that thread in a second process behind a socket, as this project's engine behind
-its frontends) make it the floors under a server that keeps this project's rules.
+it and for ours. It also serves Triton's ``simple`` (add_sub on INT32 [16] x 2, batch up
+to 8) with the ModelMetadata and ModelConfig perf_analyzer reads first, so that
+perf_analyzer's p50 at c=1 has grpc.aio's own floor beside ours and Triton's.
+``--model-thread`` (compute in one thread fed by a queue, as no model may run on a loop's
+thread), ``--onnxruntime`` (add_sub by an ONNX Runtime session) and ``--hop`` (that thread
+in a second process behind a socket, as this project's engine behind its frontends) make it
+the floors under a server that keeps this project's rules.
 
     .venv/bin/python -m loadtest bare-servicer --grpc-port 0 [--uvloop] [--model-thread]
         [--onnxruntime] [--hop]  # logs the port
@@ -33,6 +36,7 @@ import numpy as np
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
+from inference import model_config_pb2 as mc
 from loadtest.loadgen import CHANNEL_OPTIONS
 from loadtest.repository import ADD_SUB
 from loadtest.scenario import Scenario, register
@@ -45,6 +49,40 @@ Compute = Callable[[bytes, bytes, list[int]], tuple[bytes, bytes]]
 def numpy_add_sub(x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
     a, b = np.frombuffer(x, np.float32), np.frombuffer(y, np.float32)
     return (a + b).tobytes(), (a - b).tobytes()
+
+
+def numpy_add_sub_int32(x: bytes, y: bytes, shape: list[int]) -> tuple[bytes, bytes]:
+    a, b = np.frombuffer(x, np.int32), np.frombuffer(y, np.int32)
+    return (a + b).tobytes(), (a - b).tobytes()
+
+
+SIMPLE = "simple"
+SIMPLE_TENSORS = {"input": ("INPUT0", "INPUT1"), "output": ("OUTPUT0", "OUTPUT1")}
+
+
+def simple_metadata() -> pb.ModelMetadataResponse:
+    """Triton's answer for ``simple``: INT32 [-1, 16] in and out."""
+
+    def tensors(kind: str) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+        return [
+            pb.ModelMetadataResponse.TensorMetadata(name=n, datatype="INT32", shape=[-1, 16])
+            for n in SIMPLE_TENSORS[kind]
+        ]
+
+    return pb.ModelMetadataResponse(
+        name=SIMPLE, versions=["1"], platform="bare",
+        inputs=tensors("input"), outputs=tensors("output"),
+    )  # fmt: skip
+
+
+def simple_config() -> pb.ModelConfigResponse:
+    """What perf_analyzer needs of ``simple``'s config: batching up to 8, INT32 [16]."""
+    config = mc.ModelConfig(name=SIMPLE, platform="bare", max_batch_size=8)
+    for name in SIMPLE_TENSORS["input"]:
+        config.input.add(name=name, data_type=mc.TYPE_INT32, dims=[16])
+    for name in SIMPLE_TENSORS["output"]:
+        config.output.add(name=name, data_type=mc.TYPE_INT32, dims=[16])
+    return pb.ModelConfigResponse(config=config)
 
 
 def onnxruntime_add_sub() -> Compute:
@@ -187,7 +225,11 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelInferResponse:
         name = request.model_name
         raw = list(request.raw_input_contents)  # each read of an element copies: read once
-        if name.startswith("add_sub"):
+        if name == SIMPLE:
+            shape = list(request.inputs[0].shape)
+            raw = list(numpy_add_sub_int32(raw[0], raw[1], shape))
+            outputs = [Output(name=f"OUTPUT{i}", datatype="INT32", shape=shape) for i in (0, 1)]
+        elif name.startswith("add_sub"):
             shape = list(request.inputs[0].shape)
             if self.model_thread is None:
                 raw = list(self._compute(raw[0], raw[1], shape))
@@ -223,6 +265,25 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ServerLiveRequest, context: Context
     ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="bare", version="2.51.0")
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
+        if request.name != SIMPLE:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{request.name}'")
+        return simple_metadata()
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Context
+    ) -> pb.ModelConfigResponse:
+        if request.name != SIMPLE:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{request.name}'")
+        return simple_config()
 
 
 async def serve(address: str, port: int, servicer: BareServicer) -> None:

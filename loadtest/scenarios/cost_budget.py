@@ -92,6 +92,7 @@ ADD_SUB = (("INPUT0", (1, 16)), ("INPUT1", (1, 16)))
 MIB = 262_144  # FP32 elements in 1 MiB
 WORKLOADS = (
     Workload("add_sub", "ONNX add_sub [1,16], no batching, c=8", "add_sub", 8, 2, ADD_SUB),
+    Workload("add_sub_c1", "ONNX add_sub [1,16], c=1 (the latency path)", "add_sub", 1, 1, ADD_SUB),
     Workload(
         "add_sub_batch", "ONNX add_sub, dynamic batching, c=32", "add_sub_batch", 32, 4, ADD_SUB
     ),

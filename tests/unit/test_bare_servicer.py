@@ -61,3 +61,35 @@ async def test_unknown_model_is_not_found() -> None:
     request = pb.ModelInferRequest(model_name="nope")
     with pytest.raises(RuntimeError, match="NOT_FOUND: unknown model 'nope'"):
         await servicer.ModelInfer(request, _Context())  # type: ignore[arg-type]
+
+
+async def test_simple_answers_what_perf_analyzer_reads() -> None:
+    """perf_analyzer reads ServerMetadata, ModelMetadata and ModelConfig before it sends
+    ``simple`` (INT32 [1,16] x 2): all three answer as Triton's, and the sum and difference
+    come back as INT32."""
+    servicer = bare_servicer.BareServicer()
+    context: Any = _Context()
+    server = await servicer.ServerMetadata(pb.ServerMetadataRequest(), context)
+    assert server.version
+    metadata = await servicer.ModelMetadata(pb.ModelMetadataRequest(name="simple"), context)
+    assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == [
+        ("INPUT0", "INT32", [-1, 16]),
+        ("INPUT1", "INT32", [-1, 16]),
+    ]
+    config = (await servicer.ModelConfig(pb.ModelConfigRequest(name="simple"), context)).config
+    assert config.max_batch_size == 8
+    assert [(t.name, list(t.dims)) for t in config.output] == [("OUTPUT0", [16]), ("OUTPUT1", [16])]
+    a, b = np.arange(16, dtype=np.int32).reshape(1, 16), np.full((1, 16), 3, np.int32)
+    request = pb.ModelInferRequest(model_name="simple")
+    for name, value in (("INPUT0", a), ("INPUT1", b)):
+        request.inputs.add(name=name, datatype="INT32", shape=value.shape)
+        request.raw_input_contents.append(value.tobytes())
+    response = await servicer.ModelInfer(request, context)
+    assert [(o.name, o.datatype) for o in response.outputs] == [
+        ("OUTPUT0", "INT32"),
+        ("OUTPUT1", "INT32"),
+    ]
+    assert np.frombuffer(response.raw_output_contents[0], np.int32).tolist() == (a + b)[0].tolist()
+    assert np.frombuffer(response.raw_output_contents[1], np.int32).tolist() == (a - b)[0].tolist()
+    with pytest.raises(RuntimeError, match="NOT_FOUND"):
+        await servicer.ModelConfig(pb.ModelConfigRequest(name="nope"), context)
