@@ -405,7 +405,10 @@ class InferenceServer:
         """The version a unary request goes to; a decoupled model is refused, as Triton's
         ModelInfer refuses it: its responses need a stream."""
         model = self._lookup(request)
-        if model.config.model_transaction_policy.decoupled:
+        decoupled = model.decoupled
+        if decoupled is None:
+            decoupled = model.decoupled = model.config.model_transaction_policy.decoupled
+        if decoupled:
             raise Unimplemented(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
