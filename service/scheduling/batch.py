@@ -41,6 +41,8 @@ __all__ = [
 
 
 def union_outputs(jobs: Sequence[Job]) -> list[str]:
+    if len(jobs) == 1:  # the same names in the same order, without a generator per name
+        return list(dict.fromkeys(jobs[0].outputs))
     names: list[str] = []
     for job in jobs:
         names.extend(n for n in job.outputs if n not in names)
