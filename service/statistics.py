@@ -38,9 +38,12 @@ class Duration:
         self.ns += ns
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchTimings:
-    """Monotonic timestamps (ns) of one execution, taken in the instance's thread."""
+    """Monotonic timestamps (ns) of one execution, taken in the instance's thread. Not
+    frozen, though never changed: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, three times the cost, once per execution on the
+    loop's thread (decision 072)."""
 
     start: int  # dispatch: queueing ends here
     input_end: int  # inputs merged and handed to the backend

@@ -113,10 +113,11 @@ class OutputTensor:
         return tuple(int(d) for d in self.array.shape)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExecutionResult:
     """What a scheduler answers for one job: its outputs, the time it waited in the queue
-    and its execution's timestamps (``scheduling.base.Scheduler.submit``)."""
+    and its execution's timestamps (``scheduling.base.Scheduler.submit``). Never changed,
+    but not frozen: one is made per request on the loop's thread (``BatchTimings``)."""
 
     outputs: dict[str, Array]
     queue_ns: int

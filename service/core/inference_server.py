@@ -375,9 +375,11 @@ class InferenceServer:
         checked and handed to its scheduler now, and ``answered`` gets its response or
         error from a callback (core/unary.py). A refusal raises here, as ``infer`` raises
         it. None: the request needs ``infer`` itself (shared memory, the response cache,
-        a sequence or ensemble scheduler). ``checked``: a frontend validated it
-        (core/checked.py); against this very version, only its job is built here, and
-        the response is left ``unshaped`` for that frontend (core/shaping.py)."""
+        a sequence or ensemble scheduler). A request its scheduler ran at once (on the
+        loop's thread) is answered before this returns (the call is ``settled``).
+        ``checked``: a frontend validated it (core/checked.py); against this very
+        version, only its job is built here, and the response is left ``unshaped`` for
+        that frontend (core/shaping.py)."""
         if self._admission.unary_refused:
             self._admit_while_stopping(request)
         start = time.monotonic_ns()
@@ -398,14 +400,20 @@ class InferenceServer:
         call = UnaryCall(
             self._inflight, model, scheduler, request, job, start, answered, not marked
         )
-        future.add_done_callback(call.finished)
+        if future.done():  # executed on the loop's thread already (scheduling/inline.py)
+            call.finished(future)  # answered now, not from a callback a turn later
+        else:
+            future.add_done_callback(call.finished)
         return call
 
     def _unary_model(self, request: InferRequest) -> ModelVersion:
         """The version a unary request goes to; a decoupled model is refused, as Triton's
         ModelInfer refuses it: its responses need a stream."""
         model = self._lookup(request)
-        if model.config.model_transaction_policy.decoupled:
+        decoupled = model.decoupled
+        if decoupled is None:
+            decoupled = model.decoupled = model.config.model_transaction_policy.decoupled
+        if decoupled:
             raise Unimplemented(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )

@@ -139,6 +139,11 @@ class UnaryCall:
         inflight.enter()
         model.lease().__enter__()
 
+    @property
+    def settled(self) -> bool:
+        """Answered, or its caller left: nothing more will happen to it."""
+        return self._left
+
     def finished(self, future: asyncio.Future[ExecutionResult]) -> None:
         """The job's future is done: answer (unless the caller already left)."""
         if self._left:

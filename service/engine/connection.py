@@ -113,7 +113,8 @@ class FrontendConnection:
                         self.channel.send((ERROR, rid, portable(exc)))
                         continue
                     if call is not None:
-                        self._unary[rid] = call
+                        if not call.settled:  # else answered already (run on the loop)
+                            self._unary[rid] = call
                         continue
                 self._tasks[rid] = loop.create_task(
                     self._infer(rid, request, message[3], message[4])
@@ -155,8 +156,9 @@ class FrontendConnection:
     def _answered(
         self, rid: int, response: InferResponse | None, error: BaseException | None
     ) -> None:
-        """A started unary request's answer (``UnaryCall``: once, unless cancelled)."""
-        del self._unary[rid]
+        """A started unary request's answer (``UnaryCall``: once, unless cancelled);
+        one run on the loop's thread is answered before ``_received`` registers it."""
+        self._unary.pop(rid, None)
         if response is not None:
             try:
                 self.channel.send((RESULT, rid, encode_response(response, self._responses)))

@@ -24,7 +24,8 @@ class InFlight:
         """One more piece of work (``leave`` when it is done: for work not bounded by
         one block, a job whose caller is a callback rather than a task)."""
         self.count += 1
-        self._idle.clear()
+        if self.count == 1:  # busy from idle; an Event's clear is a call per request
+            self._idle.clear()
 
     def leave(self) -> None:
         self.count -= 1

@@ -29,6 +29,7 @@ from service.core.lifecycle import ControlMode, ModelManager
 from service.engine.channel_server import EngineServer
 from service.errors import AlreadyExists, Internal, InvalidArgument, NotFound
 from service.frontend.client import EngineClient
+from service.scheduling.default import DefaultScheduler
 from service.telemetry.settings import TraceSettings
 from service.telemetry.tracing import Tracing
 from service.types import InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput
@@ -65,6 +66,7 @@ def _repository(root: Path) -> Path:
 class Rig:
     client: EngineClient
     engine: EngineServer
+    core: InferenceServer
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     await engine.start()
     client = EngineClient(address, 1, arena_bytes=16 << 20)
     await client.connect()
-    yield Rig(client, engine)
+    yield Rig(client, engine, core)
     client.close()
     await engine.close()
     await manager.unload_all()
@@ -192,6 +194,30 @@ async def test_a_request_whose_cancel_is_read_with_it_still_ends(rig: Rig, kind:
     # request cancelled in its queue; stream: none reached the scheduler.
     assert stats.stats.cancelled == (20 if kind == "unary" else 0)
     assert stats.stats.execution_count == 0
+
+
+async def test_a_request_run_on_the_loop_is_answered_before_start_infer_returns(
+    rig: Rig,
+) -> None:
+    """A request its scheduler executed on the loop's thread (decision 067) is answered
+    at once, not from a done-callback a turn of the loop later (decision 072): the call
+    comes back settled, and the request is counted as any other."""
+    data = np.ones((1, 4), np.float32)
+    await rig.client.infer(_request("identity", data))  # the model's threads start
+    scheduler = rig.core._models.get("identity").scheduler
+    assert isinstance(scheduler, DefaultScheduler) and scheduler.inline is not None
+    scheduler.inline.open = True  # as once its executions were measured short
+    answers: list[tuple[object, object]] = []
+    call = rig.core.start_infer(
+        _request("identity", data, "now"), lambda response, error: answers.append((response, error))
+    )
+    assert call is not None and call.settled
+    ((response, error),) = answers
+    assert error is None and isinstance(response, InferResponse) and response.id == "now"
+    assert response.outputs[0].array.tobytes() == data.tobytes()
+    (stats,) = await rig.client.model_statistics("identity")
+    assert (stats.stats.inference_count, stats.stats.execution_count) == (2, 2)
+    assert scheduler.inflight == 0 and scheduler.inline.inline_runs == 1
 
 
 async def test_frontend_gone_cancels_its_requests_in_the_engine(rig: Rig) -> None:

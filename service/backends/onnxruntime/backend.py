@@ -204,6 +204,9 @@ class OnnxRuntimeInstance:
         self._bf16 = "BF16" in self._types.values()
         scalars = ScalarShapes(config, self._inputs, self._outputs)
         self._scalars = scalars if scalars.inputs or scalars.outputs else None
+        # Nothing for ``_to_ort`` to change (no scalar shapes, no string tensors): the
+        # inputs are the feeds as they are, with no call per tensor.
+        self._plain = self._scalars is None and "BYTES" not in self._types.values()
 
     @staticmethod
     def _specs(args: Sequence[Any]) -> list[TensorSpec]:
@@ -220,7 +223,10 @@ class OnnxRuntimeInstance:
         return ModelSignature(inputs=self._inputs, outputs=self._outputs)
 
     def execute(self, inputs: Mapping[str, Array], outputs: Sequence[str]) -> dict[str, Array]:
-        feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
+        if self._plain and type(inputs) is dict:
+            feeds = inputs
+        else:
+            feeds = {name: self._to_ort(name, array) for name, array in inputs.items()}
         try:
             if self.runner is not None:
                 results = self.runner.run(feeds, outputs)
