@@ -111,15 +111,12 @@ def job(name: str, delay: float, outputs: Sequence[str] = (), **extra: Any) -> J
 async def test_n_instances_run_n_executions_in_parallel() -> None:
     s = make_setup(3)
     try:
-        start = time.monotonic()
         results = await asyncio.gather(
             *(s.scheduler.submit(job(str(i), 0.3, ["OUT"])) for i in range(3))
         )
-        wall = time.monotonic() - start
     finally:
         s.pool.close()
     assert [r.outputs["OUT"].item() for r in results] == ["0", "1", "2"]
-    assert wall < 0.55, f"3 executions of 0.3 s on 3 instances took {wall:.2f} s"
     assert sorted(e.instance for e in s.log) == ["inst0", "inst1", "inst2"]
     assert len({e.thread for e in s.log}) == 3
     # every interval overlaps every other one
@@ -129,25 +126,42 @@ async def test_n_instances_run_n_executions_in_parallel() -> None:
 
 
 async def test_request_n_plus_1_waits_for_first_free_instance() -> None:
+    """Both instances are held on gates (no sleep decides who runs where, however busy the
+    machine): the third request waits for the first instance to be let go, runs there and
+    ends while the second instance is still busy."""
     s = make_setup(2)
+    gates = {name: (threading.Event(), threading.Event()) for name in ("short", "long")}
+
+    def held(name: str) -> Job:
+        started, gate = gates[name]
+        return job(name, 0, gate=gate, started=started)
+
     try:
-        first = asyncio.ensure_future(s.scheduler.submit(job("short", 0.15)))
-        second = asyncio.ensure_future(s.scheduler.submit(job("long", 0.6)))
-        await asyncio.sleep(0.02)  # both are executing now
-        third = asyncio.ensure_future(s.scheduler.submit(job("third", 0.1)))
+        first = asyncio.ensure_future(s.scheduler.submit(held("short")))
+        second = asyncio.ensure_future(s.scheduler.submit(held("long")))
+        for started, _ in gates.values():  # both are executing now
+            assert await asyncio.to_thread(started.wait, 60)
+        third = asyncio.ensure_future(s.scheduler.submit(job("third", 0.01)))
         await asyncio.sleep(0.05)
         assert s.scheduler.inflight == 3
+        assert not third.done()
+        gates["short"][1].set()
+        await asyncio.wait_for(asyncio.shield(third), 60)
+        assert not second.done()  # the third did not wait for the busy instance
+        gates["long"][1].set()
         results = await asyncio.gather(first, second, third)
     finally:
+        for _, gate in gates.values():
+            gate.set()
         s.pool.close()
     runs = s.runs()
     assert runs["third"].instance == runs["short"].instance
     assert runs["third"].start >= runs["short"].end
-    assert runs["third"].end < runs["long"].end  # did not wait for the busy instance
+    assert runs["third"].end < runs["long"].end
     assert s.scheduler.inflight == 0
-    # the third request queued for about the first one's remaining time
+    # the third request queued at least until the first one was let go
     assert results[2].queue_ns >= 0.05e9
-    assert results[0].queue_ns < 0.05e9
+    assert results[0].queue_ns < results[2].queue_ns
 
 
 async def test_waiting_requests_are_served_in_fifo_order() -> None:
@@ -233,7 +247,9 @@ async def test_event_loop_keeps_running_during_execute() -> None:
     finally:
         tick_task.cancel()
         s.pool.close()
-    assert ticks >= 10, f"event loop ticked only {ticks} times during a 0.3 s execute"
+    # A loop blocked by the execution would not tick at all; a busy machine may let
+    # fewer than 30 ticks of 10 ms through in 0.3 s.
+    assert ticks >= 3, f"event loop ticked only {ticks} times during a 0.3 s execute"
 
 
 async def test_execute_error_propagates_and_instance_returns() -> None:
