@@ -126,15 +126,25 @@ class Endpoint:
         creator: bool,
         backstop: float = 0.1,
     ) -> None:
-        self._memory = mmap.mmap(memory_fd, 0)
-        os.close(memory_fd)
+        try:
+            self._memory = mmap.mmap(memory_fd, 0)
+        finally:
+            os.close(memory_fd)
         header = memoryview(self._memory).cast("Q")
         try:
+            capacity = header[_CAPACITY_WORD]
             if header[_MAGIC_WORD] != _MAGIC:
                 raise ValueError("not a ring channel's memory")
-            capacity = header[_CAPACITY_WORD]
-        finally:
+            # A peer's memory is checked, not trusted: both rings lie inside it.
+            if capacity < _PAGE or capacity & (capacity - 1):
+                raise ValueError(f"a ring capacity of {capacity}")
+            if len(self._memory) < _PAGE + 2 * capacity:
+                raise ValueError("a ring channel's memory smaller than its rings")
+        except BaseException:
             header.release()
+            self._memory.close()
+            raise
+        header.release()
         self.capacity = capacity
         self.max_inline = capacity // 4 - _DESC
         self._out = _Ring(self._memory, 0 if creator else 1, capacity)
@@ -267,16 +277,20 @@ class Endpoint:
         head = ring.position
         if head == tail:
             return []
-        data, mask, capacity = ring.data, ring.mask, ring.capacity
+        data, mask, capacity, limit = ring.data, ring.mask, ring.capacity, self.max_inline
+        if not head < tail <= head + capacity:
+            raise PeerGone(f"corrupt ring: tail {tail} for head {head}")
         unpack = DESCRIPTOR.unpack_from
         records: list[Record] = []
         append = records.append
-        while head != tail:
+        while head < tail:
             start = head & mask
             op, flags, size, request_id, offset, length = unpack(data, start)
             if op == _PAD:
                 head += capacity - start
                 continue
+            if size > limit:  # a peer's bad record: never read past the ring or loop on
+                raise PeerGone(f"corrupt ring: a record of {size} inline bytes")
             if size:
                 append(
                     (
@@ -291,6 +305,8 @@ class Endpoint:
             else:
                 append((op, flags, request_id, offset, length, b""))
             head += (_DESC + size + _ALIGN - 1) & _ROUND
+        if head != tail:
+            raise PeerGone(f"corrupt ring: records end at {head}, the tail is {tail}")
         ring.position = head
         ring.words[_HEAD] = head
         _fence(ring.fence)
@@ -371,15 +387,26 @@ def create(capacity: int = 1 << 16, backstop: float = 0.1) -> tuple[Endpoint, li
 
 
 def attach(fds: list[int], backstop: float = 0.1) -> Endpoint:
-    """The other side of ``create``, from its three descriptors (taken over)."""
+    """The other side of ``create``, from its three descriptors (taken over: closed
+    also when they are not a channel's, ValueError or OSError)."""
     memory_fd, out_fd, in_fd = fds
-    return Endpoint(
-        memory_fd,
-        socket.socket(fileno=out_fd),
-        socket.socket(fileno=in_fd),
-        creator=False,
-        backstop=backstop,
-    )
+    bells: list[socket.socket] = []
+    try:
+        for fd in (out_fd, in_fd):
+            bells.append(socket.socket(fileno=fd))
+    except OSError:
+        for bell in bells:
+            bell.close()
+        for fd in (memory_fd, *(out_fd, in_fd)[len(bells) :]):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    try:
+        return Endpoint(memory_fd, bells[0], bells[1], creator=False, backstop=backstop)
+    except BaseException:
+        for bell in bells:
+            bell.close()
+        raise
 
 
 class AsyncEndpoint:

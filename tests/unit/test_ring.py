@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -245,3 +246,48 @@ def test_what_the_ring_refuses() -> None:
     finally:
         other.close()
         endpoint.close()
+
+
+def test_a_peers_bad_positions_and_sizes_are_refused_not_followed() -> None:
+    """Decision 071: the ring's other side is another process; a record longer than a
+    record may be, or a tail beyond what the ring holds, ends the channel (PeerGone)
+    instead of reading past the ring or looping on garbage."""
+    endpoint, fds = ring.create(4096)
+    other = ring.attach(fds)
+    try:
+        endpoint.send(1, 7, b"fine")
+        assert other.poll() == [(1, 0, 7, 0, 0, b"fine")]
+        out = endpoint._out
+        ring.DESCRIPTOR.pack_into(out.data, 64, 1, 0, 1 << 30, 8, 0, 0)  # 1 GiB inline
+        out.words[0] = 96  # the tail: one descriptor past the first record (64 bytes)
+        with pytest.raises(ring.PeerGone, match="inline bytes"):
+            other.poll()
+        out.words[0] = 64 + 4096 * 4  # more than the ring holds past the reader's head
+        with pytest.raises(ring.PeerGone, match="corrupt ring"):
+            other.poll()
+    finally:
+        other.close()
+        endpoint.close()
+
+
+def test_memory_that_is_not_a_rings_is_refused_and_every_descriptor_closed() -> None:
+    read_end, write_end = os.pipe()
+    left, right = socket.socketpair()
+    fds = [read_end, left.detach(), right.detach()]
+    with pytest.raises(OSError):
+        ring.attach(fds)  # a pipe cannot be mapped
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed, even so
+    os.close(write_end)
+    endpoint, fds = ring.create(4096)
+    memory = os.memfd_create("small")
+    os.ftruncate(memory, 4096 * 2)  # smaller than the rings its header claims
+    os.pwrite(memory, os.pread(fds[0], 4096, 0), 0)
+    os.close(fds[0])
+    with pytest.raises(ValueError, match="smaller than its rings"):
+        ring.attach([memory, fds[1], fds[2]])
+    for fd in (memory, fds[1], fds[2]):
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    endpoint.close()
