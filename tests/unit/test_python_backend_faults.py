@@ -3,6 +3,7 @@ run in parallel processes; nothing outlives close()."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -17,6 +18,7 @@ from python_models.harness import (
     load_config,
     open_instances,
     open_one,
+    pid_alive,
     request,
     run,
     wait_gone,
@@ -201,4 +203,54 @@ def test_a_worker_that_cannot_restart_leaves_the_instance_unavailable(
         (ok,) = run(instance, request(X=[1]))
         assert ok.only.error is None and instance.available
     finally:
+        instance.close()
+
+
+def test_a_worker_that_dies_while_its_child_holds_the_links_is_noticed(tmp_path: Path) -> None:
+    """A model that forked leaves copies of the worker's sockets in the child: the links
+    stay open after the worker exits, so no end of stream comes. The bounded reads
+    (``Channel.recv_within``, a second at most) look at the process between reads and
+    report the exit all the same; the request fails and the next gets a new worker."""
+    child_file = tmp_path / "child.pid"
+    source = (
+        "import os, time\n"
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        x = pb_utils.get_input_tensor_by_name(requests[0], 'X').as_numpy()\n"
+        "        if int(x[0]) == 1:\n"
+        "            child = os.fork()\n"
+        "            if child == 0:\n"
+        "                time.sleep(120)\n"
+        "                os._exit(0)\n"
+        f"            with open({str(child_file)!r}, 'w') as f:\n"
+        "                f.write(str(child))\n"
+        "            os._exit(3)\n"
+        "        pid = np.array([os.getpid()], dtype=np.int64)\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('PID', pid)])]\n"
+    )
+    config = write_model(
+        tmp_path,
+        "forker",
+        source,
+        'input [{ name: "X" data_type: TYPE_INT32 dims: [1] }]\n'
+        'output [{ name: "PID" data_type: TYPE_INT64 dims: [1] }]',
+    )
+    instance = open_one(config, tmp_path / "forker" / "1")
+    child = 0
+    try:
+        old = instance.worker_pid
+        (forked,) = run(instance, request(X=np.array([1], np.int32)))
+        child = int(child_file.read_text())
+        assert pid_alive(child)  # it holds the worker's ends of both links
+        error = forked.only.error or ""
+        assert "exited with code 3" in error and "restarted" in error, error
+        assert wait_gone(old)
+        (after,) = run(instance, request(X=np.array([0], np.int32)))
+        assert _pid(after) not in (old, child, 0)
+    finally:
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         instance.close()

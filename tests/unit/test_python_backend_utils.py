@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from inference import model_config_pb2 as mc
 from service.backends.python import triton_python_backend_utils as pb_utils
 from service.backends.python.config_json import apply_completed, config_to_json
-from service.backends.python.protocol import Channel
+from service.backends.python.protocol import Channel, ChannelClosed
 
 
 def test_tensor_types_follow_triton() -> None:
@@ -159,6 +160,127 @@ def test_channel_moves_large_tensors_through_reused_shared_regions() -> None:
             left.recv()
         assert kept is not None and kept[1] == 1 + 1  # round 1 data, not overwritten
         assert regions[0] == regions[1] != regions[2] and regions[2] == regions[3]
+    finally:
+        left.close()
+        right.close()
+
+
+def _frame(message: tuple[Any, ...]) -> bytes:
+    """The bytes ``Channel.send`` writes for ``message`` (read back from a spare pair)."""
+    spare, raw = socket.socketpair()
+    try:
+        Channel(spare).send(message)
+        return raw.recv(1 << 16)
+    finally:
+        spare.close()
+        raw.close()
+
+
+def test_recv_within_is_bounded_keeps_a_partial_message_and_sees_a_dead_peer() -> None:
+    """Nothing to read: None once the bound passes (not a hang), a partial message too,
+    its bytes kept for the next read; then the message whole; ChannelClosed once the
+    peer is gone, and on a link closed here."""
+    left_sock, right_sock = socket.socketpair()
+    right = Channel(right_sock)
+    try:
+        assert right.recv_within(0.05) is None
+        assert right.recv_within(0.002) is None  # a new bound: a new receive timeout
+        frame = _frame(("hello", 7, b"x" * 300))
+        left_sock.sendall(frame[:5])  # the header and a little: not a message yet
+        assert right.recv_within(0.05) is None
+        left_sock.sendall(frame[5:] + frame)  # its rest, and the same message again
+        assert right.recv_within(0.05) == (("hello", 7, b"x" * 300), None)
+        assert right.recv_within(0.05) == (("hello", 7, b"x" * 300), None)  # buffered
+        left_sock.close()
+        with pytest.raises(ChannelClosed):
+            right.recv_within(None)
+        right.close_link()
+        with pytest.raises(ChannelClosed):
+            right.recv_within(0.05)
+    finally:
+        left_sock.close()
+        right.close()
+
+
+def test_shutdown_wakes_a_reader_and_close_link_spares_the_sibling_regions() -> None:
+    """``shutdown`` ends a read blocked in another thread (the reader thread shuts the
+    calls link when its worker died); ``close_link`` closes one link and leaves the
+    regions it shares with its sibling to whoever closes that one."""
+    calls_left, calls_right = socket.socketpair()
+    services_left, services_right = socket.socketpair()
+    calls = Channel(calls_left, inline_limit=1024)
+    services = calls.sibling(services_left)
+    peer = Channel(services_right, inline_limit=1024)
+    try:
+        ended: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                calls.recv()
+            except (ChannelClosed, OSError) as exc:
+                ended.append(exc)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        calls.shutdown()
+        reader.join(60)
+        assert not reader.is_alive() and isinstance(ended[0], ChannelClosed)
+        calls.close_link()
+        assert calls.sock.fileno() < 0
+        packed = services.pack([[("big", np.arange(10_000, dtype=np.float32))]])
+        assert packed.region is not None  # the shared pool still serves the sibling
+        services.send(("data", packed.refs, packed.region), packed.fd)
+        if packed.fd is not None:
+            os.close(packed.fd)
+        message, fd = peer.recv()
+        ((_, array),) = peer.unpack(message[1], message[2], fd)[0]
+        assert array[-1] == 9_999
+    finally:
+        calls.close_link()
+        services.close()
+        peer.close()
+        calls_right.close()
+
+
+def test_channel_keeps_order_across_large_and_descriptor_messages() -> None:
+    """Large envelopes (several reads each) and messages that bring a region's
+    descriptor arrive in the order sent among small ones, each descriptor with its own
+    message; then nothing more, and ``recv_within`` comes back within its bound."""
+    left_sock, right_sock = socket.socketpair()
+    left, right = Channel(left_sock, 1 << 20), Channel(right_sock, 1 << 20)
+    try:
+        big = np.arange(200_000, dtype=np.float64)  # 1.6 MB: a region, its descriptor
+        sizes = {"blob": 600 << 10, "tensor": big.nbytes, "small": 1}
+        kinds = ["small", "blob", "tensor"] * 2
+        got: list[tuple[str, int, int]] = []
+
+        def read() -> None:  # another thread: the large sends block until read
+            for _ in kinds:
+                message, fd = right.recv()
+                if message[0] == "tensor":
+                    (((_, array),),) = right.unpack(message[2], message[3], fd)
+                    assert array[0] == message[1]
+                    got.append(("tensor", message[1], array.nbytes))
+                else:
+                    assert fd is None
+                    got.append((message[0], message[1], len(message[2])))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        for i, kind in enumerate(kinds):
+            if kind == "blob":
+                left.send(("blob", i, bytes([i]) * sizes["blob"]))
+            elif kind == "tensor":
+                packed = left.pack([[("big", big + i)]])
+                left.send(("tensor", i, packed.refs, packed.region), packed.fd)
+                if packed.fd is not None:
+                    os.close(packed.fd)
+            else:
+                left.send(("small", i, b"s"))
+        reader.join(60)
+        assert got == [(kind, i, sizes[kind]) for i, kind in enumerate(kinds)]
+        assert not right.pending()
+        assert right.recv_within(0.01) is None
     finally:
         left.close()
         right.close()

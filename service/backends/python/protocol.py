@@ -17,7 +17,9 @@ that wakes it in turn (docs/decisions/060-python-model-calls-link.md).
 A read takes whatever the socket holds (up to 64 KiB, into a buffer kept for the next),
 so a small message costs one ``recvmsg``; descriptors that arrive with the bytes are
 queued and handed to the messages whose headers announce one, in order (a descriptor
-travels with its message's header).
+travels with its message's header). A reader that must look at something else now and
+then (is the worker's process still there?) reads with ``recv_within``: the same one
+system call, bounded by the socket's receive timeout, not a ``select`` before each read.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ _CTRUNC, _SOL_SOCKET, _SCM_RIGHTS = (
     int(c) for c in (socket.MSG_CTRUNC, socket.SOL_SOCKET, socket.SCM_RIGHTS)
 )
 _ANCILLARY = socket.CMSG_SPACE(4 * _int_array("i").itemsize)  # fds one read may bring
+_LONGEST_WAIT_MS = 1000  # recv_within's bound when none is given, and its largest
+_TIMEVAL = struct.Struct("@ll")  # a ``struct timeval``, for SO_RCVTIMEO
 
 
 def _fds(data: bytes) -> list[int]:
@@ -119,6 +123,7 @@ class Channel:
         self._buffer = bytearray(_READ_BYTES)  # [_start, _end): read, not yet handed out
         self._start = self._end = 0
         self._fds: collections.deque[int] = collections.deque()  # not yet handed out
+        self._receive_timeout_ms = 0  # the socket's SO_RCVTIMEO (0: none set)
 
     def sibling(self, sock: socket.socket) -> Channel:
         """A second link to the same peer over the same regions: what one link sends
@@ -234,6 +239,31 @@ class Channel:
             self.maps.drop(dropped)
         return message, fd
 
+    def recv_within(self, timeout: float | None) -> tuple[tuple[Any, ...], int | None] | None:
+        """The next message, or None once ``timeout`` seconds (None: a second; never more
+        than a second) passed without one, so that the caller can look whether the peer
+        still lives: a peer that forked keeps its end open in the children after it died.
+        Raises ChannelClosed (or OSError) once the peer is gone or the link closed.
+
+        One system call per message: a blocking read bounded by the socket's receive
+        timeout (``SO_RCVTIMEO``, set only when the bound changes), where a ``select``
+        before each read made two. What a timed-out read left of a message stays
+        buffered for the next. For a socket left blocking (no ``settimeout``)."""
+        if self.sock.fileno() < 0:
+            raise ChannelClosed("the channel is closed")
+        if timeout is None:
+            ms = _LONGEST_WAIT_MS
+        else:  # a millisecond more: never back before the bound asked for
+            ms = max(1, min(int(timeout * 1000) + 1, _LONGEST_WAIT_MS))
+        if ms != self._receive_timeout_ms:
+            timeval = _TIMEVAL.pack(ms // 1000, ms % 1000 * 1000)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+            self._receive_timeout_ms = ms
+        try:
+            return self.recv()  # a whole message already buffered: no read at all
+        except BlockingIOError:  # the receive timeout ran out
+            return None
+
     def _read_more(self, whole: int) -> None:
         """One ``recvmsg`` of what the socket holds into the buffer's free tail, after
         making room for a message of ``whole`` bytes that starts at ``_start``."""
@@ -260,13 +290,24 @@ class Channel:
             raise ChannelClosed(f"end of stream{inside}")
         self._end = end + n
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
+        """Wake whoever reads this link (it sees the end of the stream); nothing closes:
+        a thread still inside a read must not find its descriptor reused meanwhile."""
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+
+    def close_link(self) -> None:
+        """Close this link (its socket, the descriptors it received and did not hand
+        out), not the regions it shares with its sibling (``sibling``)."""
+        self.shutdown()
         self.sock.close()
         while self._fds:
             with contextlib.suppress(OSError):
                 os.close(self._fds.popleft())
+
+    def close(self) -> None:
+        """Close the link and the shared regions (the last of the siblings to close)."""
+        self.close_link()
         self.pool.close()
         self.maps.close()
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
-import socket
-import struct
 import subprocess
 import threading
 import time
@@ -34,11 +31,6 @@ _CONTROL_REPLIES = {"ready", "loaded", "initialized", "failed", "finalized"}
 
 OnMessage = Callable[[tuple[Any, ...], int | None], None]
 OnExit = Callable[[str], None]
-
-
-def _timeval(ms: int) -> bytes:
-    """A ``struct timeval`` for ``SO_RCVTIMEO``."""
-    return struct.pack("@ll", ms // 1000, ms % 1000 * 1000)
 
 
 class ModelRaised(RuntimeError):
@@ -77,7 +69,6 @@ class WorkerProcess:
         self.pid = self.process.pid
         self.calls = Channel(calls, inline_limit, pool_bytes, *regions)
         self.channel = self.calls.sibling(services)
-        self._calls_timeout = 0  # ms, the calls socket's SO_RCVTIMEO (0: none set)
         self._reader = threading.Thread(
             target=self._read, name=f"python-worker-{self.pid}", daemon=True
         )
@@ -138,24 +129,12 @@ class WorkerProcess:
             return self._recv_call_locked(timeout)
 
     def _recv_call_locked(self, timeout: float | None) -> tuple[tuple[Any, ...], int | None] | None:
-        """A blocking read bounded by the socket's receive timeout (``SO_RCVTIMEO``, set
-        only when the bound changes): one system call per answer, where a ``poll``
-        before each read made two."""
-        calls = self.calls
-        if calls.sock.fileno() < 0:
+        """``Channel.recv_within`` (one system call per answer); a bound that ran out
+        while the reader has already reported the worker's end is that end."""
+        received = self.calls.recv_within(timeout)
+        if received is None and not self.alive:
             raise ChannelClosed("the worker is gone")
-        if calls.pending():
-            return calls.recv()
-        wait = 1000 if timeout is None else max(1, min(int(timeout * 1000) + 1, 1000))
-        if wait != self._calls_timeout:
-            calls.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(wait))
-            self._calls_timeout = wait
-        try:
-            return calls.recv()
-        except BlockingIOError:  # the receive timeout ran out (what was read stays buffered)
-            if not self.alive:
-                raise ChannelClosed("the worker is gone") from None
-            return None
+        return received
 
     def kill(self) -> None:
         """SIGKILL the worker and wait until the reader has reported its end."""
@@ -179,36 +158,27 @@ class WorkerProcess:
         """Until the reader has reported the worker's end; then the calls link closes."""
         if threading.current_thread() is not self._reader:
             self._reader.join()
-            self.calls.sock.close()
+            self.calls.close_link()
 
     def _read(self) -> None:
         try:
             while True:
-                if not self._wait_readable():
-                    break
-                message, fd = self.channel.recv()
-                self._on_message(message, fd)
+                received = self.channel.recv_within(None)
+                if received is None:
+                    # a second without a message: is the process gone while its end is
+                    # still held open (a model that forked children keeps a copy)?
+                    if self.process.poll() is not None:
+                        break
+                    continue
+                self._on_message(*received)
         except (ChannelClosed, OSError):
             pass
         except Exception:
             log.exception("python worker %d: reader failed", self.pid)
         self._exit_reason = self._reap()
         self.channel.close()
-        with contextlib.suppress(OSError):  # whoever reads the calls link sees its end
-            self.calls.sock.shutdown(socket.SHUT_RDWR)
+        self.calls.shutdown()  # whoever reads the calls link sees its end
         self._on_exit(self._exit_reason)
-
-    def _wait_readable(self) -> bool:
-        """Block until a message starts; False once the process is gone but the socket is
-        still held open (a model that forked children keeps a copy of the worker's end)."""
-        while True:
-            if self.channel.pending():
-                return True
-            ready, _, _ = select.select([self.channel.sock], [], [], 1.0)
-            if ready:
-                return True
-            if self.process.poll() is not None:
-                return False
 
     def _reap(self) -> str:
         try:
