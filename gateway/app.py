@@ -20,7 +20,7 @@ import orjson
 
 from inference import grpc_service_pb2 as pb
 from inference import http_route_pb2 as hr
-from wire.heap import after_failed_request
+from wire.heap import TRIM_THRESHOLD_BYTES, after_failed_request, after_large_success
 
 from .access import Access
 from .channel import ServiceChannel
@@ -157,6 +157,8 @@ class GatewayApp:
             response = error_response(GatewayError(500, error))
         if error is not None or response.status >= 400:
             after_failed_request(len(request.body))  # a large body's pages back to the OS
+        elif len(request.body) >= TRIM_THRESHOLD_BYTES:
+            after_large_success(len(request.body))  # its heap stays warm for the next
         trace = request.trace
         if trace is not None:  # the span ends once the answer is sent (streams included)
             status = response.status

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import httptools
 
+from wire.buffers import receive_buffer
+
 from .errors import GatewayError
 from .messages import HttpRequest, HttpResponse, error_response
 from .sockets import send_parts
@@ -342,9 +344,11 @@ class Connection:
             and int(declared) >= _DIRECT_BODY
             and "transfer-encoding" not in headers
         ):
-            # Zero pages until written: a client that declares much and sends little
-            # commits only what it sent.
-            incoming.buffer = bytearray(int(declared))
+            # Not zero-filled (bytearray(n) would write every byte, and fault every page
+            # in, before the socket writes them): fresh pages until received into, so a
+            # client that declares much and sends little commits only what it sent. The
+            # request is handled only once all of it is received.
+            incoming.buffer = receive_buffer(int(declared))
         if headers.get("expect", "").lower() == "100-continue" and not incoming.http10:
             if self._ready:
                 incoming.expect = True  # sent when the requests before it are answered

@@ -28,11 +28,15 @@ from typing import Any
 __all__ = [
     "HUGE_PAGES_OFF_ENV",
     "HUGE_PAGES_TUNABLE",
+    "IDLE_TRIM_SECONDS",
     "KEEP_FREE_BYTES",
     "MMAP_THRESHOLD_BYTES",
     "TRIM_THRESHOLD_BYTES",
+    "WARM_KEEP_FREE_BYTES",
     "HeapTrimmer",
+    "WarmHeap",
     "after_failed_request",
+    "after_large_success",
     "huge_page_tunables",
     "huge_pages_for_children",
     "reuse_freed_pages",
@@ -63,9 +67,16 @@ def _glibc_trim() -> Callable[[], object] | None:
 
 #: Blocks up to this size come from the heap, so a freed one is reused by the next request
 #: instead of being unmapped and faulted in again (glibc's default starts at 128 KiB).
-MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+#: glibc's largest (32 MiB): the buffers of a 16 MiB tensor's message (grpc's received
+#: pieces and their join, the answer's join and grpc's copy of it, a REST body) come
+#: from the heap too, warm while ``WarmHeap`` keeps it (decision 073).
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 #: Free memory at the top of the heap kept for the next request rather than handed back.
 KEEP_FREE_BYTES = 8 * 1024 * 1024
+#: ... and while large requests succeed: what one 16 MiB request's buffers take, with room.
+WARM_KEEP_FREE_BYTES = 96 * 1024 * 1024
+#: Large requests that stop for this long hand the heap they kept back.
+IDLE_TRIM_SECONDS = 5.0
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
@@ -131,11 +142,16 @@ class HeapTrimmer:
         threshold: int = TRIM_THRESHOLD_BYTES,
         delays: tuple[float, ...] = (0.25, 1.0),
         sleep: Callable[[float], object] = time.sleep,
+        *,
+        idle: bool = False,
     ) -> None:
+        """``idle``: trim only after a whole delay without a call (``WarmHeap``: the heap
+        is kept while large requests keep coming)."""
         self._trim = trim
         self._threshold = threshold
         self._delays = delays
         self._sleep = sleep
+        self._idle = idle
         self._lock = threading.Lock()
         self._running = False
         self._again = False
@@ -157,6 +173,12 @@ class HeapTrimmer:
         while True:
             self._sleep(self._delays[index] - waited)
             waited = self._delays[index]
+            if self._idle:
+                with self._lock:
+                    again, self._again = self._again, False
+                if again:  # not idle yet: a whole delay again
+                    index, waited = 0, 0.0
+                    continue
             try:
                 self._trim()
             except Exception:  # pragma: no cover - malloc_trim does not raise
@@ -172,10 +194,72 @@ class HeapTrimmer:
                     return
 
 
+class WarmHeap:
+    """While large requests succeed, the heap their buffers free is kept for the next one
+    (the trim threshold raised to ``WARM_KEEP_FREE_BYTES``): a 16 MiB gRPC request then
+    reuses warm pages for each of its buffers instead of growing the heap, faulting and
+    zeroing it, and shrinking it again (a frontend's loop 27 -> 14 ms a request; decision
+    073). A failed large request lowers the threshold again at once, so its buffers,
+    freed after, go back (a refused oversized request leaves no process larger); large
+    requests that stop for ``IDLE_TRIM_SECONDS`` hand the kept heap back."""
+
+    def __init__(
+        self,
+        keep: Callable[[int], object] | None,
+        trim: Callable[[], object] | None,
+        threshold: int = TRIM_THRESHOLD_BYTES,
+        idle_seconds: float = IDLE_TRIM_SECONDS,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self._keep = keep
+        self._trim = trim
+        self._threshold = threshold
+        self._lock = threading.Lock()
+        self.warm = False
+        self._idle = HeapTrimmer(
+            self._cool_and_trim, threshold, delays=(idle_seconds,), sleep=sleep, idle=True
+        )
+
+    def succeeded(self, nbytes: int) -> None:
+        if nbytes < self._threshold or self._keep is None:
+            return
+        with self._lock:
+            if not self.warm:
+                self._keep(WARM_KEEP_FREE_BYTES)
+                self.warm = True
+        self._idle.after_failed_request(nbytes)
+
+    def cool(self) -> None:
+        with self._lock:
+            if self.warm and self._keep is not None:
+                self._keep(KEEP_FREE_BYTES)
+            self.warm = False
+
+    def _cool_and_trim(self) -> None:
+        self.cool()
+        if self._trim is not None:
+            self._trim()
+
+
+def _glibc_keep() -> Callable[[int], object] | None:
+    """glibc's ``mallopt(M_TRIM_THRESHOLD, n)``, or None where there is none."""
+    mallopt = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+    return None if mallopt is None else lambda size: mallopt(_M_TRIM_THRESHOLD, size)
+
+
 _TRIMMER = HeapTrimmer(_glibc_trim())
+_WARM = WarmHeap(_glibc_keep(), _glibc_trim())
 
 
 def after_failed_request(nbytes: int) -> None:
     """Called by a frontend or the gateway when a request of ``nbytes`` bytes was refused or
     failed."""
+    if nbytes >= TRIM_THRESHOLD_BYTES:
+        _WARM.cool()
     _TRIMMER.after_failed_request(nbytes)
+
+
+def after_large_success(nbytes: int) -> None:
+    """Called by a gRPC frontend or the gateway when a request of ``nbytes`` (from
+    ``TRIM_THRESHOLD_BYTES``) succeeded: the heap stays warm for the next one."""
+    _WARM.succeeded(nbytes)

@@ -20,7 +20,7 @@ import time
 
 from ..backends.python.shm import anonymous_fd
 
-__all__ = ["DEFAULT_ARENA_BYTES", "INLINE_MAX", "Arena", "ArenaMap"]
+__all__ = ["DEFAULT_ARENA_BYTES", "INLINE_MAX", "Arena", "ArenaMap", "warm_seconds"]
 
 #: Per arena (virtual: pages cost memory only once touched). A block is at most a
 #: quarter of it, and a tensor no block holds rides inside the pickled frame (copied
@@ -34,12 +34,24 @@ _MIN_CLASS = (INLINE_MAX + 1 - 1).bit_length()  # smallest block: 32 KiB
 #: them out of the memory file): a rare large tensor must not leave both processes that
 #: map the arena that much larger; smaller blocks stay warm for reuse.
 _RELEASE_CLASS = 24
-#: ... but not at once: a freed large block keeps its pages this long (when its writer
+#: ... but not at once: a freed large block keeps its pages for a while (when its writer
 #: runs on an event loop), so that a stream of large tensors reuses them warm instead of
 #: faulting every page in again in both processes (loadtest cost-budget, 64 MiB: the
-#: copies into fresh blocks led the frontend's and the engine's profiles).
+#: copies into fresh blocks led the frontend's and the engine's profiles; a cold copy
+#: costs five to seven times a warm one). At least this long:
 WARM_SECONDS = 0.5
+#: ... and as long as moving the block's bytes at this rate takes: the next tensor of a
+#: client sending them one at a time comes about a round trip later, and a round trip
+#: grows with the size (tritonclient, 2 cores: 64 MiB 0.6 s, 256 MiB 2-4 s). 16 MiB
+#: keeps its pages 0.5 s, 64 MiB 2 s, 256 MiB 8 s, 1 GiB 32 s (decision 073). A block
+#: whose request failed gives them back at once (``free(..., keep_warm=False)``).
+WARM_BYTES_PER_SECOND = 32 << 20
 _REMOVE = getattr(mmap, "MADV_REMOVE", getattr(mmap, "MADV_DONTNEED", 4))
+
+
+def warm_seconds(block_bytes: int) -> float:
+    """How long a freed large block of ``block_bytes`` keeps its pages."""
+    return max(WARM_SECONDS, block_bytes / WARM_BYTES_PER_SECOND)
 
 
 class Arena:
@@ -55,9 +67,10 @@ class Arena:
         self._class_of: dict[int, int] = {}  # offset -> size class of a block in use
         self._max_class = max(_MIN_CLASS, (size // 4).bit_length() - 1)
         self.in_use = 0  # bytes in allocated blocks
-        #: Free large blocks whose pages are kept for now: offset -> (class, when freed).
+        #: Free large blocks whose pages are kept for now: offset -> (class, release time).
         self._warm: dict[int, tuple[int, float]] = {}
         self._release: asyncio.TimerHandle | None = None
+        self._release_at = 0.0  # when ``_release`` runs
 
     @property
     def blocks_in_use(self) -> int:
@@ -101,33 +114,46 @@ class Arena:
                 return offset
         return -1
 
-    def free(self, offset: int) -> None:
+    def free(self, offset: int, *, keep_warm: bool = True) -> None:
+        """``keep_warm=False``: a large block's pages go back now (its request failed: a
+        refused oversized tensor must not keep memory for the next one)."""
         cls = self._class_of.pop(offset)
         self.in_use -= 1 << cls
         self._free.setdefault(cls, []).append(offset)
         if cls >= _RELEASE_CLASS:  # a large block's pages go back (in every mapping)
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop to come back later: now
+            loop = None
+            if keep_warm:
+                with contextlib.suppress(RuntimeError):  # no loop to come back later: now
+                    loop = asyncio.get_running_loop()
+            if loop is None:
                 self.memory.madvise(_REMOVE, offset, 1 << cls)
                 return
-            self._warm[offset] = (cls, time.monotonic())
-            if self._release is None:
-                self._release = loop.call_later(WARM_SECONDS, self._release_idle, loop)
+            release_at = time.monotonic() + warm_seconds(1 << cls)
+            self._warm[offset] = (cls, release_at)
+            if self._release is None or release_at < self._release_at:
+                self._schedule(loop, release_at)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """The release runs at ``when`` (``time.monotonic``), replacing a later one."""
+        if self._release is not None:
+            self._release.cancel()
+        self._release_at = when
+        delay = max(0.0, when - time.monotonic())
+        self._release = loop.call_later(delay, self._release_idle, loop)
 
     def _release_idle(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Give back the pages of the large blocks free for ``WARM_SECONDS``; come back
-        while others are still warm."""
+        """Give back the pages of the large blocks whose warm time is over; come back
+        when the next one's is."""
         self._release = None
         if self.memory.closed:
             return
         now = time.monotonic()
-        for offset, (cls, freed) in list(self._warm.items()):
-            if now - freed >= WARM_SECONDS:
+        for offset, (cls, release_at) in list(self._warm.items()):
+            if release_at <= now:
                 del self._warm[offset]
                 self.memory.madvise(_REMOVE, offset, 1 << cls)
         if self._warm:
-            self._release = loop.call_later(WARM_SECONDS, self._release_idle, loop)
+            self._schedule(loop, min(release_at for _, release_at in self._warm.values()))
 
     @property
     def warm_bytes(self) -> int:

@@ -159,8 +159,9 @@ class EngineClient:
                 continue
             del self._pending[message[1]]
             free = self._arena.free
+            keep_warm = op != ERROR  # a refused tensor's pages go back at once
             for offset in entry.blocks:
-                free(offset)
+                free(offset, keep_warm=keep_warm)
             if op == RESULT:
                 value: Any = decode_response(message[2], responses, freed, lease)
             elif op == REPLY:
@@ -210,7 +211,7 @@ class EngineClient:
             self._send((op, rid, values, _CARRIER.get(), checked))
         except BaseException:
             for offset in entry.blocks:
-                self._arena.free(offset)
+                self._arena.free(offset, keep_warm=False)
             raise
         self._pending[rid] = entry
         return rid

@@ -12,7 +12,8 @@ import grpc
 
 from inference import grpc_service_pb2 as pb
 from inference import grpc_service_pb2_grpc as pb_grpc
-from wire.heap import after_failed_request
+from wire.heap import after_failed_request, after_large_success
+from wire.raw_fields import SplitMessage
 
 from ..core.api import CoreApi, LogSettingsApi, RequestTracing, TraceScope
 from ..errors import InvalidArgument, ServerError, Unimplemented, failure_reason
@@ -158,6 +159,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response = await self._core.infer(self._request(request, context))
         if self.answers.stopping:  # the one check on the hot path
             self.answers.track(context)
+        if isinstance(request, SplitMessage):  # a large one: its heap warm for the next
+            after_large_success(request_bytes(request))
         return encode_unary_infer_response(response, self._max_send)
 
     def _request(self, request: pb.ModelInferRequest, context: Context) -> InferRequest:

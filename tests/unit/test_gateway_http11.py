@@ -4,13 +4,16 @@ handler that echoes what it was given: framing, keep-alive and pipelining, Expec
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 
 import pytest
+from proc_info import rss_mb
 
 from gateway.http11 import MAX_HEADER_BYTES
 from gateway.listener import HttpServer
@@ -318,3 +321,42 @@ def test_a_busy_port_is_one_clear_error() -> None:
         assert str(info.value) == f"Socket '127.0.0.1:{port}' already in use"
     finally:
         first.close()
+
+
+def _digest(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(200, hashlib.sha256(request.body).hexdigest().encode())
+
+
+def test_a_large_declared_body_commits_only_what_has_arrived() -> None:
+    """A body of declared length is received into a buffer that is not zero-filled first
+    (wire/buffers.py): with 128 MiB declared and 1 MiB sent, the server has about 1 MiB
+    more memory, not 128 (``bytearray(n)`` wrote all of it before the first byte came).
+    Once all of it is sent, the handler gets exactly those bytes."""
+    declared = 128 << 20
+    first = os.urandom(1 << 20)
+    http = HttpServer(_digest, max_body_bytes=declared, idle_timeout=30.0)
+    sock = bind("127.0.0.1", 0)
+    http.start(sock)
+    try:
+        with _connect(sock.getsockname()[1]) as conn:
+            before = rss_mb(os.getpid())
+            assert before is not None
+            conn.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % declared)
+            conn.sendall(first)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until the server has read what was sent
+                incoming = [c._incoming for c in list(http.state.connections)]
+                if any(i is not None and i.size >= len(first) for i in incoming):
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the server never read the first MiB")
+            grown = rss_mb(os.getpid())
+            assert grown is not None and grown - before < 48, (before, grown)
+            rest = bytes(declared - len(first))
+            conn.sendall(rest)
+            status, _, body = _read_response(conn, bytearray())
+        assert status == 200
+        assert body.decode() == hashlib.sha256(first + rest).hexdigest()
+    finally:
+        http.close(1.0)

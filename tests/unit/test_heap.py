@@ -9,7 +9,15 @@ import threading
 
 import pytest
 
-from wire.heap import HUGE_PAGES_TUNABLE, HeapTrimmer, huge_page_tunables, huge_pages_for_children
+from wire.heap import (
+    HUGE_PAGES_TUNABLE,
+    KEEP_FREE_BYTES,
+    WARM_KEEP_FREE_BYTES,
+    HeapTrimmer,
+    WarmHeap,
+    huge_page_tunables,
+    huge_pages_for_children,
+)
 
 
 class _Recorder:
@@ -124,3 +132,26 @@ def test_huge_pages_for_children_sets_the_environment(monkeypatch: pytest.Monkey
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert child.stdout.strip() == "glibc.malloc.hugetlb=1"
+
+
+def test_the_heap_stays_warm_while_large_requests_succeed() -> None:
+    """A large success raises the trim threshold once; each one restarts the idle wait;
+    once they stop for a whole delay the threshold goes back down and the heap is
+    trimmed; a failure lowers it at once (its buffers, freed after, go back)."""
+    rec = _Recorder()
+    rec.gate.clear()  # hold the idle thread in its first wait
+    keeps: list[int] = []
+    heap = WarmHeap(keeps.append, rec.trim, threshold=10, idle_seconds=5.0, sleep=rec.sleep)
+    heap.succeeded(9)  # small: nothing
+    assert keeps == [] and not heap.warm
+    heap.succeeded(10)
+    heap.succeeded(10)  # during the wait: the wait starts again, no second raise
+    assert keeps == [WARM_KEEP_FREE_BYTES] and heap.warm
+    rec.gate.set()
+    _wait_idle(heap._idle)
+    assert rec.events == ["sleep 5", "sleep 5", "trim"]
+    assert keeps == [WARM_KEEP_FREE_BYTES, KEEP_FREE_BYTES] and not heap.warm
+    heap.succeeded(10)
+    heap.cool()  # a large request failed
+    assert keeps[-2:] == [WARM_KEEP_FREE_BYTES, KEEP_FREE_BYTES] and not heap.warm
+    _wait_idle(heap._idle)
