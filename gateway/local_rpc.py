@@ -26,6 +26,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from inference import grpc_service_pb2 as pb
 from wire import local_frames as frames
+from wire.buffers import receive_buffer
 
 from .raw_messages import SPLIT_MIN_BYTES, RawInferRequest, split_response
 from .sockets import send_parts
@@ -51,7 +52,9 @@ class LocalRpcError(grpc.RpcError):
 
 
 def _read_exactly(connection: socket.socket, size: int) -> bytearray:
-    data = bytearray(size)
+    """``size`` bytes from the service, received straight into a buffer that is not
+    zero-filled first (``wire.buffers``): every byte is written before it is read."""
+    data = receive_buffer(size)
     view = memoryview(data)
     got = 0
     while got < size:

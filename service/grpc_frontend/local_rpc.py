@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from wire import local_frames as frames
+from wire.buffers import receive_buffer
 from wire.raw_fields import Bytes
 
 from .large_messages import serialized_parts
@@ -141,7 +142,8 @@ class _Connection(asyncio.BufferedProtocol):
                 self._dispatch(memoryview(frame))
                 start = frame_end
             elif 4 + size > len(buffer):  # never fits: read the rest into its own buffer
-                large = bytearray(size)  # zero pages until written
+                # Not zero-filled first (wire.buffers): dispatched only once filled.
+                large = receive_buffer(size)
                 large[: end - start - 4] = buffer[start + 4 : end]
                 self._large, self._large_filled = large, end - start - 4
                 start = end
