@@ -8,11 +8,12 @@ to 8) with the ModelMetadata and ModelConfig perf_analyzer reads first, so that
 perf_analyzer's p50 at c=1 has grpc.aio's own floor beside ours and Triton's.
 ``--model-thread`` (compute in one thread fed by a queue, as no model may run on a loop's
 thread), ``--onnxruntime`` (add_sub by an ONNX Runtime session) and ``--hop`` (that thread
-in a second process behind a socket, as this project's engine behind its frontends) make it
-the floors under a server that keeps this project's rules.
+in a second process behind a socket, as this project's engine behind its frontends;
+``--hop-inline``: on that process's loop, no thread, as the engine runs a small model) make
+it the floors under a server that keeps this project's rules.
 
     .venv/bin/python -m loadtest bare-servicer --grpc-port 0 [--uvloop] [--model-thread]
-        [--onnxruntime] [--hop]  # logs the port
+        [--onnxruntime] [--hop [--hop-inline]]  # logs the port
 """
 
 from __future__ import annotations
@@ -167,19 +168,32 @@ class Frames(asyncio.Protocol):
         self.transport.write(len(frame).to_bytes(4, "little") + frame)
 
 
-def _engine(sock: socket.socket, onnxruntime: bool) -> None:
-    """The second process of ``--hop``: each (rid, x, y, shape) to a ModelThread, (rid,
-    outputs) back; it ends when the servicer's end of the socket closes."""
+def _engine(sock: socket.socket, onnxruntime: bool, inline: bool = False) -> None:
+    """The second process of ``--hop``: each (rid, x, y, shape) to a ModelThread (or, with
+    ``inline``, computed on the loop's own thread, as this project's engine runs a small
+    model: decision 067), (rid, outputs) back; it ends when the servicer's end of the
+    socket closes."""
     import uvloop
 
     async def main() -> None:
-        model = ModelThread(onnxruntime_add_sub() if onnxruntime else numpy_add_sub)
+        compute = onnxruntime_add_sub() if onnxruntime else numpy_add_sub
+        model = None if inline else ModelThread(compute)
+        tasks: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak refs)
 
         async def answer(rid: int, *args: Any) -> None:
+            assert model is not None
             frames.send((rid, await model(*args)))
 
+        def received(request: Any) -> None:
+            if model is None:
+                frames.send((request[0], compute(*request[1:])))
+            else:
+                task = loop.create_task(answer(*request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
         loop = asyncio.get_running_loop()
-        frames = Frames(lambda request: loop.create_task(answer(*request)))
+        frames = Frames(received)
         await loop.connect_accepted_socket(lambda: frames, sock)
         await frames.closed.wait()
 
@@ -196,10 +210,10 @@ class Hop:
         self._frames = Frames(lambda answer: _settle(self._pending.pop(answer[0]), answer[1]))
 
     @classmethod
-    async def start(cls, onnxruntime: bool) -> Hop:
+    async def start(cls, onnxruntime: bool, inline: bool = False) -> Hop:
         hop, (mine, theirs) = cls(), socket.socketpair()
         spawn = multiprocessing.get_context("spawn")
-        spawn.Process(target=_engine, args=(theirs, onnxruntime), daemon=True).start()
+        spawn.Process(target=_engine, args=(theirs, onnxruntime, inline), daemon=True).start()
         theirs.close()
         await asyncio.get_running_loop().connect_accepted_socket(lambda: hop._frames, mine)
         return hop
@@ -314,6 +328,9 @@ class BareServicerScenario(Scenario):
         p.add_argument("--model-thread", action="store_true", help="compute in one thread")
         p.add_argument("--onnxruntime", action="store_true", help="add_sub by ONNX Runtime")
         p.add_argument("--hop", action="store_true", help="the model thread in a second process")
+        p.add_argument(
+            "--hop-inline", action="store_true", help="with --hop: no thread, on its loop"
+        )
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
@@ -327,6 +344,7 @@ class BareServicerScenario(Scenario):
             factory = uvloop.new_event_loop
         with asyncio.Runner(loop_factory=factory) as runner:
             if args.hop:
-                servicer.model_thread = runner.run(Hop.start(args.onnxruntime))
+                hop = Hop.start(args.onnxruntime, args.hop_inline)
+                servicer.model_thread = runner.run(hop)
             runner.run(serve(args.grpc_address, args.grpc_port, servicer))
         return 0

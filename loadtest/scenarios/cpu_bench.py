@@ -96,6 +96,10 @@ FLOORS = {
         ["--hop", "--onnxruntime"],
         "the model in a second process behind a socket, as the engine behind a frontend",
     ),
+    "bare+hop+ort": (
+        ["--hop", "--hop-inline", "--onnxruntime"],
+        "the model on the second process's loop, no thread (the engine's small-model path)",
+    ),
 }
 # --triton: start_triton.sh of the reference (python backend only, metrics off) serves the
 # same configs as Python models: the tests' add_sub model.py (add_sub, simple), PY_IDENTITY.

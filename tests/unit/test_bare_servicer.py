@@ -28,17 +28,18 @@ def _request(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> pb.ModelInferR
     return request
 
 
-@pytest.mark.parametrize("where", ["loop", "thread", "hop"])
+@pytest.mark.parametrize("where", ["loop", "thread", "hop", "hop-inline"])
 @pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
 async def test_add_sub_in_every_variant(where: str, engine: str) -> None:
     compute = (
         bare_servicer.onnxruntime_add_sub()
-        if engine == "onnxruntime" and where != "hop"
+        if engine == "onnxruntime" and not where.startswith("hop")
         else bare_servicer.numpy_add_sub
     )
     servicer = bare_servicer.BareServicer(compute, where == "thread")
-    if where == "hop":  # the model thread in a second process, behind a socketpair
-        servicer.model_thread = await bare_servicer.Hop.start(engine == "onnxruntime")
+    if where.startswith("hop"):  # the model in a second process, behind a socketpair
+        inline = where == "hop-inline"  # on that process's loop, not in a thread
+        servicer.model_thread = await bare_servicer.Hop.start(engine == "onnxruntime", inline)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((1, 16)).astype(np.float32)
     b = rng.standard_normal((1, 16)).astype(np.float32)
@@ -52,7 +53,7 @@ async def test_add_sub_in_every_variant(where: str, engine: str) -> None:
         np.testing.assert_allclose(total, (a + b).ravel(), rtol=1e-6)
         np.testing.assert_allclose(difference, (a - b).ravel(), rtol=1e-6)
     assert servicer.successes["add_sub"] == 3
-    if where == "hop":
+    if where.startswith("hop"):
         servicer.model_thread.close()
 
 
