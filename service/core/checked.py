@@ -207,7 +207,8 @@ def checked_job(model: ModelVersion, request: InferRequest, checked: Checked) ->
     inputs: dict[str, Array] = {}
     for tensor in request.inputs:
         spec = specs[tensor.name]
-        array: Any = np.frombuffer(tensor.raw, dtype=_NUMPY[spec.datatype])  # type: ignore[arg-type]
+        # dtype positional: numpy parses a keyword argument at twice the cost
+        array: Any = np.frombuffer(tensor.raw, _NUMPY[spec.datatype])  # type: ignore[arg-type]
         array = array.reshape(tensor.shape if spec.reshape is None else leading + spec.reshape)
         inputs[tensor.name] = array
     return job_of(
