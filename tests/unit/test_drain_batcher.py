@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from service.scheduling.base import Job
 from service.scheduling.dynamic.batcher import DynamicBatchScheduler
 from service.scheduling.dynamic.drain import DrainBatchScheduler
 from service.scheduling.factory import create_scheduler
+from service.scheduling.inline import QUALIFY_RUNS
 from service.scheduling.instances import InstancePool, InstanceWorker
 from service.statistics import ModelStats
 
@@ -205,3 +207,75 @@ async def test_stop_finishes_queued_requests_then_refuses_new_ones() -> None:
     fake.gate.set()
     await asyncio.gather(first, queued, stopping)
     assert executed_rows(stats) == 2
+
+
+class ThreadRecorder(Doubler):
+    """A Doubler that also records the thread of each execution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def execute(self, inputs: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
+        self.threads.append(threading.get_ident())
+        return super().execute(inputs, outputs)
+
+
+async def qualified(max_batch: int = 64) -> tuple[DrainBatchScheduler, ModelStats, ThreadRecorder]:
+    """A fast model whose threads have executed enough one-request batches, one request a
+    turn, for its batches to run on the loop from now on (decision 075)."""
+    fake = ThreadRecorder()
+    scheduler, stats = make(fake, max_batch=max_batch)
+    for i in range(QUALIFY_RUNS):
+        await asyncio.sleep(0)
+        await scheduler.submit(request(i))
+    assert threading.get_ident() not in fake.threads  # the first runs are the threads'
+    assert scheduler.inline is not None and scheduler.inline.open
+    return scheduler, stats, fake
+
+
+async def test_requests_of_one_turn_drain_as_one_batch_on_the_loop() -> None:
+    scheduler, stats, fake = await qualified()
+    try:
+        results = await asyncio.gather(*(scheduler.submit(request(i)) for i in range(5)))
+    finally:
+        await scheduler.stop()
+    assert fake.batches[QUALIFY_RUNS:] == [5]
+    assert fake.threads[QUALIFY_RUNS:] == [threading.get_ident()]
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result.outputs["Y"], np.full((1, 3), 2 * i, np.float32))
+    assert (stats.execution_count, executed_rows(stats)) == (QUALIFY_RUNS + 1, QUALIFY_RUNS + 5)
+    assert stats.batches[5].compute_infer.count == 1
+    assert scheduler.inline is not None and scheduler.inline.inline_runs == 1
+    assert scheduler.inflight == 0
+
+
+async def test_what_a_batch_on_the_loop_leaves_goes_to_the_threads() -> None:
+    scheduler, stats, fake = await qualified(max_batch=4)
+    try:
+        results = await asyncio.gather(*(scheduler.submit(request(i)) for i in range(6)))
+    finally:
+        await scheduler.stop()
+    assert fake.batches[QUALIFY_RUNS:] == [4, 2]
+    loop_thread = threading.get_ident()
+    assert fake.threads[QUALIFY_RUNS] == loop_thread
+    assert fake.threads[QUALIFY_RUNS + 1] != loop_thread
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result.outputs["Y"], np.full((1, 3), 2 * i, np.float32))
+    assert (stats.execution_count, executed_rows(stats)) == (QUALIFY_RUNS + 2, QUALIFY_RUNS + 6)
+    assert scheduler.inflight == 0
+
+
+async def test_a_batch_failing_on_the_loop_fails_each_of_its_requests() -> None:
+    scheduler, stats, fake = await qualified()
+    fake.fail = True
+    try:
+        outcomes = await asyncio.gather(
+            *(scheduler.submit(request(i)) for i in range(3)), return_exceptions=True
+        )
+    finally:
+        await scheduler.stop()
+    assert fake.threads[QUALIFY_RUNS:] == [threading.get_ident()]
+    assert all(isinstance(o, Internal) and "boom" in str(o) for o in outcomes)
+    assert stats.execution_count == QUALIFY_RUNS  # a failed execution is not counted
+    assert scheduler.inflight == 0

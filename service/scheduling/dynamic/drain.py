@@ -10,6 +10,13 @@ loop does no batching step and the thread does not wait for one: a busy loop oth
 leaves the thread asleep between batches and then waiting for the GIL, which cost more
 than batching saved (docs/decisions/022-lean-request-path.md). Every other config goes
 to ``DynamicBatchScheduler``.
+
+A model whose executions are known to be short (``inline.InlineGate``, decision 067)
+drains on the loop's own thread instead (decision 075): the requests that arrive in one
+turn of the loop are queued with no token, and one callback at the end of that turn
+drains them, by the same rule, into a batch executed there, with no queue put, thread
+wake-up, GIL hand-off or mailbox post. When the instance is busy on a thread, work is
+queued for the threads, or the turn has spent its bound, they get their tokens instead.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 from inference import model_config_pb2 as mc
 
@@ -30,6 +38,7 @@ from ..batch import JobOutputs, execute_batch
 from ..batch_io import BatchIO
 from ..delivery import batch_failure, outcome_of, settle
 from ..inflight import InFlight
+from ..inline import BOUND_NS, InlineGate, LoopTurn, inline_capable, small_inputs, turn_of
 from ..instances import SKIP, Instance, InstancePool
 
 __all__ = ["DrainBatchScheduler", "drains"]
@@ -81,6 +90,11 @@ class DrainBatchScheduler(Enqueuing):
         self._inflight = InFlight()
         self._stopping = False
         pool.share_inbox()
+        #: Decides when batches run on the loop's thread; None: never (decision 075).
+        self.inline: InlineGate | None = InlineGate(config.name) if inline_capable(pool) else None
+        self._turn: LoopTurn | None = None  # the loop's, bound at the first request
+        # Jobs queued in this turn for ``_drain_here`` at its end, with no token yet.
+        self._deferred = 0
 
     @property
     def inflight(self) -> int:
@@ -97,8 +111,44 @@ class DrainBatchScheduler(Enqueuing):
         self._inflight.enter()
         with self._claims:
             self._pending.append(job)
-        self._pool.submit(self._drain, self._finished)
+        gate = self.inline
+        if gate is not None and gate.open and job.sink is None and small_inputs(job.inputs):
+            if not self._deferred:  # after the turn's other callbacks (its frame's requests)
+                future.get_loop().call_soon(self._drain_here)
+            self._deferred += 1
+            return future
+        self._pool.submit(self._drain, self._on_thread)
         return future
+
+    def _drain_here(self) -> None:
+        """At the end of the turn that queued them: the deferred jobs drained and executed
+        on the loop's thread, if its instance is free, nothing is queued for the threads
+        and the turn has time left; what that batch leaves, or all, get their tokens."""
+        deferred, self._deferred = self._deferred, 0
+        gate = self.inline
+        assert gate is not None
+        turn = self._turn
+        if turn is None:
+            turn = self._turn = turn_of(self._pool.mailbox().loop)
+        worker = None
+        if gate.open and turn.spent < BOUND_NS:
+            worker = self._pool.inline_worker()
+        taken = 0
+        if worker is not None:
+            start = time.monotonic_ns()  # the loop's own time, as execute_batch's stamps
+            try:
+                drained = self._drain(worker.instance)
+            finally:
+                worker.turn.release()
+            if drained is not SKIP:  # SKIP: the threads took them, or their callers left
+                span = time.monotonic_ns() - start
+                gate.on_loop(span)
+                turn.add(span)
+                outcome = cast(Outcome, drained)
+                taken = len(outcome[0])
+                self._finished(outcome, None)
+        for _ in range(deferred - taken):  # each drain takes one job at least
+            self._pool.submit(self._drain, self._on_thread)
 
     def abandon(self, job: Job) -> None:
         """The caller of ``job`` stopped waiting (``abandoned.caller_left``)."""
@@ -131,6 +181,16 @@ class DrainBatchScheduler(Enqueuing):
             return jobs, execute_batch(instance, jobs, io=self._io), None
         except BaseException as exc:  # the batch's callers get it
             return jobs, None, exc
+
+    def _on_thread(self, outcome: Outcome, error: BaseException | None) -> None:
+        """A thread's drain, on the loop: its span measured for the gate, then finished."""
+        gate = self.inline
+        if gate is not None and not gate.open:
+            done = outcome[1]
+            if done is not None:
+                timings = done[1]
+                gate.on_thread(timings.end - timings.start)
+        self._finished(outcome, error)
 
     def _finished(self, outcome: Outcome, error: BaseException | None) -> None:
         assert outcome is not None, error  # _drain itself does not raise
