@@ -79,12 +79,30 @@ def _start(
     return server, gateway
 
 
+_HOLDING = re.compile(r"holding HTTP connections: (\d+)")
+
+
+def _wait_service_knows_busy(server: ServerProcess, timeout: float = 30.0) -> None:
+    """Until the service has read the gateway's word that it holds a connection (its
+    verbose line after the gateway's first ``busy 0``): that word travels on the link's
+    own call, beside the requests, so a busy machine may deliver it after an answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = _HOLDING.findall(server.log)
+        if "0" in counts and counts[-1] != "0":
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the service never saw the connection:\n{server.log}")
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("frontends", ["0", "2"])
 def test_an_open_connection_is_served_after_the_service_is_signalled(frontends: str) -> None:
-    server, gateway = _start("30", frontends)
+    server, gateway = _start("30", frontends, None, "--log-verbose", "1")
     try:
         client = httpclient.InferenceServerClient(gateway.url)  # one kept connection
         _infer(client)
+        _wait_service_knows_busy(server)
         server.send_signal(signal.SIGINT)
         time.sleep(1.5)
         _infer(client)  # the same connection, served after the signal
