@@ -18,6 +18,8 @@ import mmap
 import os
 import time
 
+import numpy as np
+
 from ..backends.python.shm import anonymous_fd
 
 __all__ = ["DEFAULT_ARENA_BYTES", "INLINE_MAX", "Arena", "ArenaMap", "warm_seconds"]
@@ -183,6 +185,14 @@ class ArenaMap:
         finally:
             os.close(fd)
         self.view = memoryview(self.memory)
+        #: Where the mapping starts in this process (``offset_of``).
+        self.address = np.frombuffer(self.memory, np.uint8, 1).__array_interface__["data"][0]
+
+    def offset_of(self, address: int) -> int:
+        """The offset in the arena of memory at ``address`` of this process (an array's
+        data), or -1 where it lies outside the mapping."""
+        offset = address - self.address
+        return offset if 0 <= offset < len(self.memory) else -1
 
     def block(self, offset: int, nbytes: int) -> memoryview:
         return self.view[offset : offset + nbytes]

@@ -32,6 +32,7 @@ from ..channel.messages import (
     REPLY,
     RESULT,
     STREAM,
+    Echo,
     decode_request,
     encode_response,
 )
@@ -103,11 +104,13 @@ class FrontendConnection:
             op = message[0]
             if op == INFER:
                 rid = message[1]
-                request = decode_request(message[2], self._requests)
+                blocks: list[tuple[int, int]] = []
+                request = decode_request(message[2], self._requests, blocks)
+                echo = Echo(self._requests, blocks) if blocks else None
                 if not self._tracing.active:
                     try:
                         call = self._core.start_infer(
-                            request, functools.partial(self._answered, rid), message[4]
+                            request, functools.partial(self._answered, rid, echo), message[4]
                         )
                     except BaseException as exc:  # a refusal: answered now
                         self.channel.send((ERROR, rid, portable(exc)))
@@ -117,7 +120,7 @@ class FrontendConnection:
                             self._unary[rid] = call
                         continue
                 self._tasks[rid] = loop.create_task(
-                    self._infer(rid, request, message[3], message[4])
+                    self._infer(rid, request, message[3], message[4], echo)
                 )
             elif op == STREAM:
                 rid = message[1]
@@ -154,21 +157,31 @@ class FrontendConnection:
             self.channel.send((ERROR, rid, None))
 
     def _answered(
-        self, rid: int, response: InferResponse | None, error: BaseException | None
+        self,
+        rid: int,
+        echo: Echo | None,
+        response: InferResponse | None,
+        error: BaseException | None,
     ) -> None:
         """A started unary request's answer (``UnaryCall``: once, unless cancelled);
-        one run on the loop's thread is answered before ``_received`` registers it."""
+        one run on the loop's thread is answered before ``_received`` registers it.
+        ``echo``: its input blocks, which an output may be a view of (not copied then)."""
         self._unary.pop(rid, None)
         if response is not None:
             try:
-                self.channel.send((RESULT, rid, encode_response(response, self._responses)))
+                self.channel.send((RESULT, rid, encode_response(response, self._responses, echo)))
                 return
             except BaseException as exc:  # every request ends with an answer
                 error = exc
         self.channel.send((ERROR, rid, portable(error or Internal("no response"))))
 
     async def _infer(
-        self, rid: int, request: InferRequest, carrier: Any, checked: Checked | None
+        self,
+        rid: int,
+        request: InferRequest,
+        carrier: Any,
+        checked: Checked | None,
+        echo: Echo | None = None,
     ) -> None:
         send = self.channel.send
         try:
@@ -180,11 +193,11 @@ class FrontendConnection:
                         response = await self._core.infer(request, checked)
                         trace.executed(response.timings)
                         trace.answered(response)
-                    send((RESULT, rid, encode_response(response, self._responses)))
+                    send((RESULT, rid, encode_response(response, self._responses, echo)))
                     return
             # Untraced: the frontend that checked the request shapes its outputs.
             response = await self._core.infer(request, checked, True)
-            send((RESULT, rid, encode_response(response, self._responses)))
+            send((RESULT, rid, encode_response(response, self._responses, echo)))
         except asyncio.CancelledError:
             send((ERROR, rid, None))
         except BaseException as exc:  # every request ends with an answer

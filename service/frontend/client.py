@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import itertools
 import os
 import socket
@@ -42,7 +43,7 @@ from ..core.checked import Checked, ModelSnapshot
 from ..core.index import IndexEntry
 from ..core.inference_server import ModelMetadata, ServerMetadata, VersionStats
 from ..core.shaping import shape_outputs
-from ..errors import Cancelled, Unavailable
+from ..errors import Cancelled, Internal, Unavailable
 from ..scheduling.base import ExecutionResult
 from ..shm import CudaRegionStatus, SystemRegionStatus
 from ..telemetry.logs import LogValue
@@ -61,12 +62,15 @@ class EngineLost(Unavailable):
 
 
 class _Pending:
-    """One request id in flight: its future or stream queue, and its slab blocks."""
+    """One request id in flight: its future or stream queue, and its slab blocks;
+    a unary request's also with the bytes written into each (``sources``), which an
+    output the engine echoes is read from."""
 
-    __slots__ = ("blocks", "future", "items", "waiter")
+    __slots__ = ("blocks", "future", "items", "sources", "waiter")
 
     def __init__(self) -> None:
         self.blocks: list[int] = []
+        self.sources: list[tuple[int, bytes | memoryview]] | None = None
         self.future: asyncio.Future[Any] | None = None
         self.items: collections.deque[Any] | None = None
         self.waiter: asyncio.Future[None] | None = None
@@ -158,18 +162,22 @@ class EngineClient:
                 self._wake(entry)
                 continue
             del self._pending[message[1]]
-            free = self._arena.free
-            keep_warm = op != ERROR  # a refused tensor's pages go back at once
-            for offset in entry.blocks:
-                free(offset, keep_warm=keep_warm)
-            if op == RESULT:
-                value: Any = decode_response(message[2], responses, freed, lease)
+            if op == RESULT:  # before its blocks are free: an echo may be read from them
+                try:
+                    echoed = functools.partial(self._echoed, entry)
+                    value: Any = decode_response(message[2], responses, freed, lease, echoed)
+                except (ValueError, Internal) as exc:  # an echo of no block of its own
+                    op, value = ERROR, Internal(f"unreadable answer from the engine: {exc}")
             elif op == REPLY:
                 value = message[2]
             elif op == END:
                 value = None
             else:  # ERROR
                 value = message[2] if message[2] is not None else Cancelled("request cancelled")
+            free = self._arena.free
+            keep_warm = op != ERROR  # a refused tensor's pages go back at once
+            for offset in entry.blocks:
+                free(offset, keep_warm=keep_warm)
             if entry.items is not None:
                 entry.items.append(value if op == ERROR else _END)
                 self._wake(entry)
@@ -181,6 +189,20 @@ class EngineClient:
         if freed:
             self._channel.send((FREE, freed[:]))  # type: ignore[union-attr]
             freed.clear()
+
+    def _echoed(self, entry: _Pending, offset: int, size: int) -> bytes | memoryview:
+        """The bytes of an output the engine echoed: ``size`` bytes at ``offset`` of this
+        frontend's arena, inside one of ``entry``'s input blocks. Read from what was
+        written there when that is immutable (a ``bytes``, grpc's message: no copy),
+        else copied out of the block (a buffer its owner might reuse)."""
+        for start, source in entry.sources or ():
+            view = memoryview(source)
+            at = offset - start
+            if at >= 0 and at + size <= view.nbytes:
+                if type(view.obj) is bytes:
+                    return view.cast("B")[at : at + size]
+                return bytes(self._arena.view[offset : offset + size])
+        raise Internal(f"echoed bytes at {offset} are in no input block of the request")
 
     @staticmethod
     def _wake(entry: _Pending) -> None:
@@ -207,7 +229,7 @@ class EngineClient:
     ) -> int:
         rid = next(self._ids)
         try:
-            values = encode_request(request, self._arena, entry.blocks)
+            values = encode_request(request, self._arena, entry.blocks, entry.sources)
             self._send((op, rid, values, _CARRIER.get(), checked))
         except BaseException:
             for offset in entry.blocks:
@@ -219,13 +241,16 @@ class EngineClient:
     def _cancel(self, rid: int) -> None:
         """The caller left: the engine cancels the request; its entry stays until the
         engine's terminal message frees the slab blocks."""
-        if rid in self._pending and self._lost is None:
+        entry = self._pending.get(rid)
+        if entry is not None and self._lost is None:
+            entry.sources = None  # no one reads the answer: its inputs' bytes may go now
             self._send((CANCEL, rid))
 
     # --- the inference path --------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
         entry = _Pending()
+        entry.sources = []  # the engine may echo a unary request's inputs
         future = entry.future = self._loop.create_future()
         # Validated here when this frontend can (core/checked.py): the engine's loop then
         # only builds the job, and leaves the outputs for this frontend to shape.

@@ -24,7 +24,15 @@ from .batch import JobOutputs, execute_batch
 from .batch_io import BatchIO
 from .delivery import outcome_of, settle
 from .inflight import InFlight
-from .inline import BOUND_NS, InlineGate, LoopTurn, inline_capable, small_inputs, turn_of
+from .inline import (
+    BOUND_NS,
+    InlineGate,
+    LoopTurn,
+    inline_capable,
+    size_free,
+    small_inputs,
+    turn_of,
+)
 from .instances import InstancePool
 
 __all__ = ["DefaultScheduler"]
@@ -54,6 +62,7 @@ class DefaultScheduler(Enqueuing):
         pool.share_inbox()
         #: Decides when requests run on the loop's thread; None: never (decision 067).
         self.inline: InlineGate | None = InlineGate(name) if inline_capable(pool) else None
+        self._size_free = size_free(pool)  # inputs of any size may run on the loop
         self._turn: LoopTurn | None = None  # the loop's, bound at the first request
 
     @property
@@ -70,7 +79,12 @@ class DefaultScheduler(Enqueuing):
         job.enqueue_ns = self._clock()
         self._inflight.enter()
         gate = self.inline
-        if gate is not None and gate.open and job.sink is None and small_inputs(job.inputs):
+        if (
+            gate is not None
+            and gate.open
+            and job.sink is None
+            and (self._size_free or small_inputs(job.inputs))
+        ):
             turn = self._turn
             if turn is None:
                 turn = self._turn = turn_of(future.get_loop())

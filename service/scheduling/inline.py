@@ -13,7 +13,9 @@ it) is within the bound, requests run on the loop. Each run there is measured to
 a row over ``SLOW_NS``, or a window of ``QUALIFY_RUNS`` whose median is over the bound,
 send the model back to its threads, and it must qualify again over twice as many runs
 (up to ``MAX_RUNS``), so a model whose executions are sometimes long does not block the
-loop often. Inputs over ``MAX_BYTES`` always go to the threads.
+loop often. Inputs over ``MAX_BYTES`` always go to the threads, but for a model whose
+instances answer with views of their inputs (``answers_with_views``: the built-in
+identity), whose executions do not grow with the bytes (decision 076).
 
 Fairness and load: a turn of the loop executes at most about ``BOUND_NS`` for all models
 together (``LoopTurn``); what else arrived in that turn goes to the threads, which run it
@@ -38,6 +40,7 @@ __all__ = [
     "InlineGate",
     "LoopTurn",
     "inline_capable",
+    "size_free",
     "small_inputs",
     "turn_of",
 ]
@@ -60,14 +63,26 @@ log = logging.getLogger(__name__)
 
 def inline_capable(pool: InstancePool) -> bool:
     """Whether the pool's instances may execute on the loop's thread at all: in-process
-    tensor backends only (not a request backend such as a Python model, not an instance in
-    a worker process of its own), and no rate limiter (whose wait is the threads')."""
+    tensor backends (not a request backend such as a Python model, not an instance in
+    a worker process of its own), or request backends that answer with views of their
+    inputs (``size_free``), and no rate limiter (whose wait is the threads')."""
     return bool(pool.workers) and all(
         w.limiter is None
-        and not isinstance(w.instance, RequestInstance)
+        and (not isinstance(w.instance, RequestInstance) or _views(w.instance))
         and not isinstance(w.instance, Remote)
         for w in pool.workers
     )
+
+
+def size_free(pool: InstancePool) -> bool:
+    """Every instance declares ``answers_with_views``: it reads none of its inputs' bytes
+    (the built-in identity hands them back as they are), so an execution takes as long
+    for 1 MiB as for 4 bytes and ``MAX_BYTES`` does not apply (decision 076)."""
+    return bool(pool.workers) and all(_views(w.instance) for w in pool.workers)
+
+
+def _views(instance: object) -> bool:
+    return getattr(instance, "answers_with_views", False) is True
 
 
 def small_inputs(inputs: Mapping[str, Array]) -> bool:

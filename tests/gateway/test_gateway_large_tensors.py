@@ -31,6 +31,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     write_model(repo, "ident", identity_model("UINT8", ["n"]), make_config("ident", *io))
     fp32 = ([("INPUT0", "FP32", [-1])], [("OUTPUT0", "FP32", [-1])])
     write_model(repo, "ident32", identity_model("FP32", ["n"]), make_config("ident32", *fp32))
+    (repo / "echo" / "1").mkdir(parents=True)  # the built-in identity: outputs are views
+    (repo / "echo" / "config.pbtxt").write_text(
+        'name: "echo"\nbackend: "identity"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n',
+        encoding="utf-8",
+    )
     with ServerProcess([repo]) as server, running_gateway(server.url) as running:
         yield running
 
@@ -40,13 +47,16 @@ def _data(size: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("size", [SPLIT - 100, SPLIT + 3, 3 << 20])
-def test_binary_round_trips_keep_every_byte(gateway: GatewayProcess, size: int) -> None:
+@pytest.mark.parametrize("model", ["ident", "echo"])
+def test_binary_round_trips_keep_every_byte(gateway: GatewayProcess, model: str, size: int) -> None:
+    """``echo`` (the built-in identity): its output a view of the request's input block,
+    echoed by the engine and read from the frontend's own bytes (decision 076)."""
     data = _data(size)
     with httpclient.InferenceServerClient(gateway.url) as client:
         tensor = httpclient.InferInput("INPUT0", [size], "UINT8")
         tensor.set_data_from_numpy(data, binary_data=True)
         wanted = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
-        result = client.infer("ident", [tensor], outputs=wanted, request_id="big")
+        result = client.infer(model, [tensor], outputs=wanted, request_id="big")
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
         assert result.get_response()["id"] == "big"
 
@@ -150,4 +160,4 @@ def test_a_client_gone_inside_a_large_body_loses_nothing_else(gateway: GatewayPr
         sock.sendall(_raw_infer(data)[: SPLIT // 2])
     status = http_request(gateway.url, "GET", "/v2/health/ready").status
     assert status == 200
-    test_binary_round_trips_keep_every_byte(gateway, SPLIT + 3)
+    test_binary_round_trips_keep_every_byte(gateway, "ident", SPLIT + 3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import queue
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "py_reverse" / "config.pbtxt").write_text(
         'backend: "python"\n' + config, encoding="utf-8"
     )
+    (repo / "echo" / "1").mkdir(parents=True)  # the built-in identity: outputs are views
+
+    def pairs(kind: str) -> str:
+        return ", ".join(
+            f'{{ name: "{kind}{i}" data_type: TYPE_UINT8 dims: [ -1 ] }}' for i in (0, 1)
+        )
+
+    (repo / "echo" / "config.pbtxt").write_text(
+        'name: "echo"\nbackend: "identity"\nmax_batch_size: 0\n'
+        f"input [ {pairs('INPUT')} ]\noutput [ {pairs('OUTPUT')} ]\n",
+        encoding="utf-8",
+    )
     with running_server([repo]) as running:
         yield running
 
@@ -93,6 +106,34 @@ def test_unary_round_trips_keep_every_byte(server: ServerProcess, model: str, si
         response = result.get_response()
         assert response.id == f"big-{size}" and response.model_name == model
         assert list(response.outputs[0].shape) == [size]
+
+
+def test_outputs_that_are_their_inputs_come_back_whole_and_each_its_own(
+    server: ServerProcess,
+) -> None:
+    """The built-in identity's outputs are views of the request's input blocks, which the
+    engine echoes rather than copies (decision 076): every byte comes back, to the request
+    it came in, also with requests in flight together and only one output asked for."""
+
+    def one(size: int) -> None:
+        first, second = _data(size), _data(size + 1)[::-1].copy()
+        inputs = _input(first) + _input(second)
+        inputs[1] = grpcclient.InferInput("INPUT1", [second.size], "UINT8")
+        inputs[1].set_data_from_numpy(second)
+        asked = [grpcclient.InferRequestedOutput("OUTPUT1")] if size % 2 else None
+        with grpcclient.InferenceServerClient(server.url) as client:
+            for _ in range(3):
+                result = client.infer("echo", inputs, outputs=asked)
+                if asked is None:
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), first)
+                else:
+                    assert result.as_numpy("OUTPUT0") is None
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), second)
+
+    sizes = [*SIZES, (1 << 20) + 1, 1 << 20]
+    with ThreadPoolExecutor(len(sizes)) as pool:
+        for done in [pool.submit(one, size) for size in sizes]:
+            done.result(timeout=120)
 
 
 def test_stream_requests_round_trip(server: ServerProcess) -> None:

@@ -244,3 +244,40 @@ def test_a_pool_an_update_forwarded_offers_no_instance_to_the_loop() -> None:
     assert old.inline_worker() is None
     old.close()
     new.close()
+
+
+async def test_the_builtin_identity_runs_on_the_loop_whatever_its_inputs_size() -> None:
+    """Its outputs are views of its inputs (decision 076): 1 MiB executes as fast as 4
+    bytes, so once measured it runs on the loop past ``MAX_BYTES``; with a delay (a test
+    knob that sleeps) it never does."""
+    from service.backends.builtin.identity import IdentityInstance
+    from service.scheduling.base import ExecutionResult
+
+    config = mc.ModelConfig(name="identity")
+    config.input.add(name="INPUT0", data_type=mc.TYPE_FP32, dims=[-1])
+    config.output.add(name="OUTPUT0", data_type=mc.TYPE_FP32, dims=[-1])
+    loop_thread = threading.get_ident()
+    for delay, on_loop in ((0.0, True), (0.0005, False)):
+        instance = IdentityInstance(config, InstanceSpec("identity_0", "KIND_CPU", 0, 1), delay)
+        seen: list[int] = []
+        execute = instance.execute_requests
+
+        def recorded(*args: Any, execute: Any = execute, seen: list[int] = seen) -> None:
+            seen.append(threading.get_ident())
+            execute(*args)
+
+        instance.execute_requests = recorded  # type: ignore[method-assign]
+        pool = InstancePool([InstanceWorker(instance)])
+        scheduler = DefaultScheduler(pool, ModelStats(), name="identity")
+        data = np.arange(MAX_BYTES, dtype=np.float32)  # 4 x MAX_BYTES
+        try:
+            for _ in range(QUALIFY_RUNS + 8):
+                await asyncio.sleep(0)
+                result: ExecutionResult = await scheduler.submit(
+                    Job({"INPUT0": data}, ["OUTPUT0"], 0)
+                )
+                assert np.shares_memory(result.outputs["OUTPUT0"], data)
+        finally:
+            await scheduler.stop()
+        assert (seen[-8:] == [loop_thread] * 8) is on_loop
+        assert loop_thread not in seen[:QUALIFY_RUNS]

@@ -86,6 +86,10 @@ class IdentityInstance:
         self.spec = spec
         self.delay = delay
         self._config = config
+        #: Its outputs are its inputs, as they are: an execution reads none of their bytes,
+        #: so it may run on the engine's loop whatever their size (scheduling/inline.py),
+        #: unless it sleeps for ``execute_delay_ms``.
+        self.answers_with_views = delay == 0
 
     def signature(self) -> ModelSignature:
         return config_signature(self._config)
