@@ -43,11 +43,9 @@ import contextlib
 import mmap
 import os
 import platform
-import select
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -330,35 +328,6 @@ class Endpoint:
             try:
                 _fence(ring.fence)
                 if ring.words[_TAIL] == ring.position:
-                    self._sleep(self.in_bell)
-            finally:
-                ring.words[_SLEEPING] = ring.words[_SLEEPING] + 1  # even: awake
-
-    def recv_within(self, timeout: float) -> list[Record]:
-        """``recv``, but an empty list once ``timeout`` seconds have passed with nothing
-        to read: a caller that must look at something else now and then (is the peer's
-        process still there?) without a thread of its own for it. A sleep shorter than
-        the backstop waits in ``select`` first (one more system call, only then)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            records = self.poll()
-            if records:
-                return records
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return records
-            ring = self._in
-            ring.words[_SLEEPING] = ring.words[_SLEEPING] + 1  # odd: asleep
-            try:
-                _fence(ring.fence)
-                if ring.words[_TAIL] == ring.position:
-                    if left < self.backstop:
-                        try:
-                            ready, _, _ = select.select([self.in_bell], [], [], left)
-                        except (OSError, ValueError) as exc:
-                            raise PeerGone(f"the peer closed the channel: {exc}") from None
-                        if not ready:
-                            continue
                     self._sleep(self.in_bell)
             finally:
                 ring.words[_SLEEPING] = ring.words[_SLEEPING] + 1  # even: awake

@@ -291,27 +291,3 @@ def test_memory_that_is_not_a_rings_is_refused_and_every_descriptor_closed() -> 
         with pytest.raises(OSError):
             os.fstat(fd)
     endpoint.close()
-
-
-@pytest.mark.parametrize("backstop", [_NO_BACKSTOP, 0.02])
-def test_recv_within_gives_up_empty_then_reads_and_sees_a_dead_peer(
-    peers: Callable[..., Peer], backstop: float
-) -> None:
-    """``recv_within``: nothing written, an empty list once the bound passes (a bound
-    under the backstop waits in ``select``, one over it in backstop-long sleeps);
-    records as ``recv`` gives them; PeerGone once the peer is gone."""
-    peer = peers("gated", backstop=backstop)
-    endpoint = peer.endpoint
-    assert endpoint.recv_within(0.05) == []
-    assert endpoint.recv_within(0.1) == []
-    endpoint.send(4, 9, b"late")
-    peer.release_gate()
-    got: list[ring.Record] = []
-    deadline = time.monotonic() + _WAIT
-    while not got and time.monotonic() < deadline:
-        got = endpoint.recv_within(0.05)
-    assert got == [(4, 0, 9, 0, 0, b"late")]
-    peer.process.kill()
-    with pytest.raises(ring.PeerGone):
-        while time.monotonic() < deadline:
-            endpoint.recv_within(0.05)
