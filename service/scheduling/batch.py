@@ -133,16 +133,14 @@ def execute_batch(
     """
     if takes_requests(instance):
         return _execute_requests(instance, jobs, clock)
-    # ``batch_steps`` driven in place: the same stamps and calls without a generator's
-    # start, send and StopIteration, which cost the loop's thread more than the stamps
-    # for a small model's executions there (decision 072).
+    # ``batch_steps``'s one step called in place: the same stamps and calls without a
+    # generator's start, send and StopIteration, which cost the loop's thread more than
+    # the stamps for a small model's executions there (decision 072).
     start = clock()
     inputs = merge_inputs(jobs, io)
     input_end = clock()
     results = cast(ModelInstance, instance).execute(inputs, union_outputs(jobs))
-    input_end, infer_end = compute_bounds(results, input_end, clock())
-    per_job: list[JobOutputs] = list(split_outputs(jobs, results, io))
-    return per_job, BatchTimings(start, input_end, infer_end, clock())
+    return _split(jobs, results, io, clock, start, input_end)
 
 
 def batch_steps(
@@ -159,6 +157,19 @@ def batch_steps(
     inputs = merge_inputs(jobs, io)
     input_end = clock()
     results = yield inputs, union_outputs(jobs)
+    return _split(jobs, results, io, clock, start, input_end)
+
+
+def _split(
+    jobs: Sequence[Job],
+    results: dict[str, Array],
+    io: BatchIO | None,
+    clock: Callable[[], int],
+    start: int,
+    input_end: int,
+) -> tuple[list[JobOutputs], BatchTimings]:
+    """A tensor backend's execution, after it returned: each job's outputs and the
+    execution's stamps (both ways of running a batch end here)."""
     input_end, infer_end = compute_bounds(results, input_end, clock())
     per_job: list[JobOutputs] = list(split_outputs(jobs, results, io))
     return per_job, BatchTimings(start, input_end, infer_end, clock())
