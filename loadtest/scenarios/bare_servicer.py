@@ -288,16 +288,20 @@ class BareServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Context
     ) -> pb.ModelMetadataResponse:
-        if request.name != SIMPLE:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{request.name}'")
+        await _only_simple(request.name, context)
         return simple_metadata()
 
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: Context
     ) -> pb.ModelConfigResponse:
-        if request.name != SIMPLE:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{request.name}'")
+        await _only_simple(request.name, context)
         return simple_config()
+
+
+async def _only_simple(name: str, context: Context) -> None:
+    """NOT_FOUND for any model but ``simple``, the one whose metadata and config it has."""
+    if name != SIMPLE:
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model '{name}'")
 
 
 async def serve(address: str, port: int, servicer: BareServicer) -> None:
