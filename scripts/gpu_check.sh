@@ -14,6 +14,8 @@
 #   --steps    run only these steps (setup always runs), e.g. --steps bench to measure again
 #   BENCH_FRONTENDS=N  the bench server's --frontends (default: one per core, serve.sh's layout)
 #   BENCH_ARGS="..."   more arguments for gpu-bench (--cuda-graphs, --width 1024, ...)
+#   PERF_ANALYZER=PATH perf_analyzer for the benchmarks' c=1 p50 (libcudart.so.12 beside it or
+#                      in its environment; docs/gpu.md)
 #
 # Steps, each bounded by `timeout`, each logged to DIR/<step>.log:
 #   setup       unpack onnxruntime-gpu, install the wheels into two targets (the server needs
@@ -26,6 +28,7 @@
 #   bench       python -m loadtest gpu-bench in the default layout (one frontend per core)
 #   bench_workers  the same at c = 64, 128 with the instances in worker processes
 #               (SERVICE_INSTANCE_WORKERS=1, decision 030): the engine issue's GPU yardstick
+#   realistic   gpu-bench on ResNet-50 (FP32, FP16) and BERT-base shaped models, random weights
 #   many_cores  loadtest/many_cores.sh, only with --many-cores
 # The summary table (step, result, figure) is printed last and kept in DIR/summary.md; the exit
 # status is 0 when no step failed (a step skipped for a reason it names does not fail the run).
@@ -179,10 +182,13 @@ gpu_bench() {  # gpu_bench DIR LABEL CONCURRENCY...: gpu-bench at $BENCH's size 
   case "$BENCH" in quick) args=(--quick) ;; full) args=() ;; esac
   # The server in its default layout (one frontend per core), as scripts/serve.sh starts it.
   # shellcheck disable=SC2086  # BENCH_ARGS: words
+  if [ -n "${PERF_ANALYZER:-}" ] && [ -x "$PERF_ANALYZER" ]; then
+    args+=(--perf-analyzer "$PERF_ANALYZER")
+  fi
   SERVICE_FRONTENDS=${BENCH_FRONTENDS:-$(nproc)} "$SERVER_PY" -m loadtest gpu-bench "${args[@]}" \
-    ${BENCH_ARGS:-} --out-dir "$OUT/$dir" || return $?
+    ${BENCH_ARGS:-} ${MODELS_ARGS:-} --out-dir "$OUT/$dir" || return $?
   # --quick writes into quick/
-  grep -hE '^- (mlp|cnn) at c=' "$OUT/$dir/report.md" "$OUT/$dir/quick/report.md" 2>/dev/null |
+  grep -hE '^- [a-z0-9_]+ at c=' "$OUT/$dir/report.md" "$OUT/$dir/quick/report.md" 2>/dev/null |
     sed "s/^- /FIGURE: $label/"
 }
 bench() { SERVICE_INSTANCE_WORKERS=0 gpu_bench gpu_bench "" 1 8 64 128; }
@@ -192,12 +198,16 @@ bench_workers() {
   fi
   SERVICE_INSTANCE_WORKERS=1 gpu_bench gpu_bench_workers "instances in workers: " 64 128
 }
+realistic() {
+  MODELS_ARGS="--models resnet50 resnet50_fp16 bert" SERVICE_INSTANCE_WORKERS=0 \
+    gpu_bench gpu_bench_realistic "" 1 8 64 128
+}
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
 export PATH="$SITE/bin:$PATH"  # h2load, once the setup unpacked it
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"
 export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml gpu_bench bench \
-  bench_workers many_cores
+  bench_workers realistic many_cores
 
 step setup 180 setup
 if ! grep -q $'^setup\tpassed' "$OUT/summary.tsv"; then
@@ -210,9 +220,11 @@ else
   if [ "$BENCH" = none ] && [ "$STEPS" = all ]; then
     printf 'bench\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
     printf 'bench_workers\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
+    printf 'realistic\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
   else
     step bench 420 bench
     step bench_workers 300 bench_workers
+    step realistic 420 realistic
   fi
   if [ "$MANY" = 1 ]; then
     if command -v h2load >/dev/null; then

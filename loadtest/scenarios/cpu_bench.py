@@ -43,6 +43,7 @@ from loadtest import REPO_ROOT, RESULTS, mlserver
 from loadtest.h2grpc import INSTALL_HINT, answered, grpc_body, h2load, have_h2load, model_successes
 from loadtest.loadgen import LoadSpec, infer_request, run_load
 from loadtest.metrics import thread_cpu_seconds, tree_cpu_seconds
+from loadtest.perf_analyzer import perf_analyzer_p50
 from loadtest.processes import bare_servicer
 from loadtest.report import median, publish, short_commit, table
 from loadtest.repository import add_sub, batching, identity_backend, onnx_model
@@ -300,19 +301,8 @@ def p50_ms(server: Server, args: argparse.Namespace, protocol: str = "grpc") -> 
         spec = LoadSpec(server.process.url, "add_sub", 1, args.latency_seconds, 1.0)
         result = asyncio.run(run_load(replace(spec, max_requests=10**6), LATENCY.request()))
         return result.latency_ms["p50"]
-    exe, url = args.perf_analyzer, server.http_url if protocol == "http" else server.process.url
-    libs = [str(p) for p in exe.parent.parent.glob("lib/python*/site-packages/nvidia/*/lib")]
-    command = [
-        *(str(exe), "-m", "simple", "-i", protocol, "-u", url, "-s", "1000"),
-        *("--concurrency-range", "1", "--percentile=50", "-r", "3"),
-        *("--measurement-interval", str(round(args.latency_seconds * 1e3))),
-    ]  # fmt: skip
-    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(libs)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
-    found = re.search(r"Concurrency: 1, .* latency (\d+) usec", done.stdout)
-    if found is None:
-        raise RuntimeError(f"perf_analyzer failed ({done.returncode}): {done.stdout}{done.stderr}")
-    return int(found.group(1)) / 1e3
+    url = server.http_url if protocol == "http" else server.process.url
+    return perf_analyzer_p50(args.perf_analyzer, "simple", url, protocol, args.latency_seconds)
 
 
 def measure_all(args: argparse.Namespace) -> tuple[list[Server], list[Workload], str]:

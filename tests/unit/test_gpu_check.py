@@ -109,13 +109,15 @@ def test_setup_and_skipped_steps_pass(tmp_path: Path) -> None:
 def test_a_failed_step_fails_the_run_and_the_rest_still_run(tmp_path: Path) -> None:
     """No CUDA provider here: the benchmark refuses (exit 2) in both layouts, each step is
     reported failed, and the script exits non-zero after printing the whole table."""
-    code, output, summary = _check(tmp_path, "--steps", "bench,bench_workers", "--bench", "quick")
+    steps = "bench,bench_workers,realistic"
+    code, output, summary = _check(tmp_path, "--steps", steps, "--bench", "quick")
     assert code != 0, output
     rows = _rows(summary)
     assert rows == {
         "setup": "passed",
         "bench": "failed (exit 2)",
         "bench_workers": "failed (exit 2)",
+        "realistic": "failed (exit 2)",
     }, output
     assert "has no CUDA provider" in output
 
