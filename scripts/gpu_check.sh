@@ -29,6 +29,8 @@
 #   bench_workers  the same at c = 64, 128 with the instances in worker processes
 #               (SERVICE_INSTANCE_WORKERS=1, decision 030): the engine issue's GPU yardstick
 #   realistic   gpu-bench on ResNet-50 (FP32, FP16) and BERT-base shaped models, random weights
+#   realistic_graphs  the ResNet-50s again with CUDA graphs, one per batch size: a replayed graph
+#               skips the cuDNN plan onnxruntime's Conv rebuilds whenever the batch size changes
 #   many_cores  loadtest/many_cores.sh, only with --many-cores
 # The summary table (step, result, figure) is printed last and kept in DIR/summary.md; the exit
 # status is 0 when no step failed (a step skipped for a reason it names does not fail the run).
@@ -202,12 +204,16 @@ realistic() {
   MODELS_ARGS="--models resnet50 resnet50_fp16 bert" SERVICE_INSTANCE_WORKERS=0 \
     gpu_bench gpu_bench_realistic "" 1 8 64 128
 }
+realistic_graphs() {
+  MODELS_ARGS="--models resnet50 resnet50_fp16 --cuda-graphs" SERVICE_INSTANCE_WORKERS=0 \
+    gpu_bench gpu_bench_graphs "CUDA graphs: " 8 64
+}
 many_cores() { PYTHON="$SERVER_PY" loadtest/many_cores.sh "$OUT/cores"; }
 
 export PATH="$SITE/bin:$PATH"  # h2load, once the setup unpacked it
 export OUT SITE PY SERVER_PY BUNDLE WHEELS BENCH ROOT SERVICE_PYTHON="$SERVER_PY"
 export -f server_tests client_tests both setup ort_cuda tensorrt python_gpu nvml gpu_bench bench \
-  bench_workers realistic many_cores
+  bench_workers realistic realistic_graphs many_cores
 
 step setup 180 setup
 if ! grep -q $'^setup\tpassed' "$OUT/summary.tsv"; then
@@ -221,10 +227,12 @@ else
     printf 'bench\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
     printf 'bench_workers\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
     printf 'realistic\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
+    printf 'realistic_graphs\tskipped: --bench none\t\n' >> "$OUT/summary.tsv"
   else
     step bench 420 bench
     step bench_workers 300 bench_workers
     step realistic 420 realistic
+    step realistic_graphs 240 realistic_graphs
   fi
   if [ "$MANY" = 1 ]; then
     if command -v h2load >/dev/null; then

@@ -235,8 +235,26 @@ def cuda_ceiling(
                 runs += 1
             results[name] = batch * runs / (time.perf_counter() - start)
         out[batch] = {**results, "best": max(results.values())}
+        if batch > 1:  # not in "best": what a batch size changing every run costs
+            out[batch]["alternating"] = alternating(session, batch, seconds)
     runner.close()
     return out
+
+
+def alternating(session: ort.InferenceSession, batch: int, seconds: float) -> float:
+    """Samples/s of ``session.run`` with the batch size alternating between ``batch`` and
+    ``batch - 1``, as dynamic batching feeds an instance. onnxruntime's CUDA Conv keeps the
+    cuDNN plan of the last input shape only and rebuilds it on every change (nn/conv.cc,
+    ``UpdateState``), so a convolutional model pays that per execution; an MLP does not."""
+    feeds = [random_feed(session, batch), random_feed(session, batch - 1)]
+    for feed in feeds:
+        session.run(None, feed)
+    runs, samples, start = 0, 0, time.perf_counter()
+    while runs < 2 or time.perf_counter() - start < seconds:
+        session.run(None, feeds[runs % 2])
+        samples += batch - runs % 2
+        runs += 1
+    return samples / (time.perf_counter() - start)
 
 
 def verdict(model: str, c: int, ratio: float, util: float | None) -> str:
@@ -301,9 +319,20 @@ def write_report(raw: dict[str, Any], out_dir: Path) -> str:
     lines += ["", "## Target", "", *(verdicts or ["- no row at concurrency 64"]), ""]
     lines += c1_latency(raw)
     lines += ["## In-process onnxruntime CUDA (samples/s)", ""]
+    lines += [
+        "Each batch size run alone (the ceiling is the better of run and io_binding); "
+        "alternating: session.run with the batch size changing every run, as dynamic "
+        "batching feeds an instance (not in the ceiling).",
+        "",
+    ]
     for model, points in raw["ceiling"].items():
         text = ", ".join(
             f"batch {b}: run {p['run']:.0f}, io_binding {p['io_binding']:.0f}"
+            + (
+                f", alternating with {int(b) - 1}: {p['alternating']:.0f}"
+                if "alternating" in p
+                else ""
+            )
             for b, p in points.items()
         )
         lines.append(f"- {model}: {text}")
