@@ -41,3 +41,33 @@ def test_bert_base_runs_and_batches_independently() -> None:
     assert np.isfinite(batch).all() and np.abs(batch).max() <= 1.0  # tanh-pooled
     np.testing.assert_allclose(alone[0], batch[1], rtol=1e-4, atol=1e-5)
     assert not np.allclose(batch[0], batch[1])  # the ids matter
+
+
+def test_gpu_bench_feeds_and_alternating_batches() -> None:
+    """gpu-bench's in-process side: a feed per input dtype (ids inside any vocabulary), and
+    the alternating figure counts the samples of both batch sizes."""
+    from loadtest.scenarios.gpu_bench import alternating, random_feed
+
+    model = bert_base(sequence=8, layers=1, hidden=32, heads=4, ffn=64, vocab=1000)
+    session = _session(model)
+    feed = random_feed(session, 3)
+    assert feed["INPUT_IDS"].shape == (3, 8) and feed["INPUT_IDS"].dtype == np.int64
+    assert feed["INPUT_IDS"].min() >= 0 and feed["INPUT_IDS"].max() < 1000
+    half = _session(resnet50(np.float16, size=32, classes=10))
+    assert random_feed(half, 2)["INPUT0"].dtype == np.float16
+    assert alternating(session, 4, 0.05) > 0
+
+
+def test_gpu_bench_report_names_targets_and_latency() -> None:
+    """The verdicts use each model's own target (and the GPU's busy share for the realistic
+    ones); the c=1 table says what serving adds to one in-process run."""
+    from loadtest.scenarios.gpu_bench import c1_latency, verdict
+
+    assert verdict("mlp", 64, 0.6, 0.1).endswith(": met")
+    assert verdict("bert", 64, 0.95, 0.5).endswith("NOT met")  # the GPU only half busy
+    assert verdict("resnet50", 64, 0.95, 0.85).endswith(": met")
+    row = {"spec": {"model": "mlp", "concurrency": 1}, "latency_ms": {"p50": 2.5}}
+    raw = {"rows": [row], "ceiling": {"mlp": {"1": {"best": 10_000.0}}}}
+    lines = c1_latency({**raw, "perf_analyzer": {"mlp": 2.1}})
+    assert "- mlp at c=1: serving adds 2.000 ms (perf_analyzer) to 0.100 ms" in lines
+    assert "- mlp at c=1: serving adds 2.400 ms (Python client) to 0.100 ms" in c1_latency(raw)
