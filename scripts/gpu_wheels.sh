@@ -8,6 +8,8 @@
 #                 Python image's, for loadtest/many_cores.sh there (apt-get download)
 #   .whl-ort/     onnxruntime-gpu with only the device code of the GPU architectures asked for,
 #                 xz-compressed and cut into parts (scripts/gpu_bundle.py says why and how)
+#   .pa/          perf_analyzer with libcudart.so.12 and libb64 beside it, where one is
+#                 installed here (PERF_ANALYZER, default ~/perf-analyzer/bin/perf_analyzer)
 # usage: scripts/gpu_wheels.sh [PYTHON_VERSION=3.12] [PART_MB=57] [SM=90]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,4 +45,19 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 download "$tmp" "$ORT_GPU"
 "$PY" scripts/gpu_bundle.py pack "$tmp"/*.whl .whl-ort --sm "$SM" --part-mb "$PART_MB"
+# perf_analyzer for the benchmarks' c=1 p50 (PERF_ANALYZER there, docs/gpu.md): the binary,
+# the CUDA runtime of the environment it was installed into, and Debian's libb64.
+pa="${PERF_ANALYZER:-$HOME/perf-analyzer/bin/perf_analyzer}"
+rm -rf .pa
+if [ -x "$pa" ]; then
+  mkdir -p .pa && cp "$pa" .pa/
+  cudart=$(find "$(dirname "$pa")/.." -name 'libcudart.so.12' 2>/dev/null | head -1)
+  b64=$(ldconfig -p | awk '/libb64.so.0d/ { print $NF; exit }')
+  for lib in "$cudart" "$b64"; do
+    if [ -n "$lib" ]; then cp -L "$lib" .pa/; fi
+  done
+  du -sh .pa
+else
+  echo "gpu_wheels.sh: no perf_analyzer at $pa: the benchmarks' c=1 figure will be the Python client's"
+fi
 du -sh .whl/server .whl/client .whl/debs; ls -l .whl-ort
