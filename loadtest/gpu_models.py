@@ -1,11 +1,12 @@
-"""Realistic GPU models with random weights, built on the spot (no downloads): ResNet-50 and
-BERT-base in shape and arithmetic, for gpu-bench (issue 36).
+"""gpu-bench's models with random weights, built on the spot (no downloads): the micro CNN,
+and ResNet-50 and BERT-base in shape and arithmetic (issue 36).
 
-The micro models (an MLP, a two-layer CNN) say what the serving path costs; these say what a
-user's model gets. Their layer counts, widths and tensor shapes are those of the published
-architectures (ResNet-50 v1.5 with batch norm folded into the convolutions, as exporters
-emit it for inference; BERT-base, sequence 128, 12 layers, 12 heads, hidden 768), so the
-device time per sample is realistic; the weights are random, so the outputs mean nothing.
+The micro models (an MLP from tests/models.py, the two-layer CNN here) say what the serving
+path costs; the realistic ones say what a user's model gets. Their layer counts, widths
+and tensor shapes are those of the published architectures (ResNet-50 v1.5 with batch norm
+folded into the convolutions, as exporters emit it for inference; BERT-base, sequence 128,
+12 layers, 12 heads, hidden 768), so the device time per sample is realistic; the weights
+are random, so the outputs mean nothing.
 
 ``resnet50(np.float16)`` is the FP16 variant (FP16 input, weights and output), the form
 such a model takes after a half-precision conversion.
@@ -55,6 +56,29 @@ class _Graph:
         out = self.name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
         return out
+
+
+def cnn_model(channels: int = 64, size: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """The micro CNN: Conv 3->c/2 (3x3) + Relu, Conv c/2->c (3x3, stride 2) + Relu, global
+    pool, MatMul c->10. INPUT0 [batch, 3, size, size] -> OUTPUT0 [batch, 10], FP32."""
+    g = _Graph(np.float32, seed)
+    half = channels // 2
+    x = g.op("Conv", ["INPUT0", g.weight((half, 3, 3, 3), 27)], pads=[1, 1, 1, 1])
+    x = g.op("Relu", [x])
+    w2 = g.weight((channels, half, 3, 3), half * 9)
+    x = g.op("Relu", [g.op("Conv", [x, w2], pads=[1, 1, 1, 1], strides=[2, 2])])
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [x])])
+    g.nodes.append(
+        helper.make_node("MatMul", [pooled, g.weight((channels, 10), channels)], ["OUTPUT0"])
+    )
+    graph = helper.make_graph(
+        g.nodes,
+        "cnn",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 10])],
+        g.inits,
+    )
+    return make_model(graph)
 
 
 def resnet50(dtype: Any = np.float32, size: int = 224, classes: int = 1000) -> onnx.ModelProto:

@@ -36,14 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from models import make_model, mlp_model
-from onnx import TensorProto, helper, numpy_helper
+from models import mlp_model
 from server_process import FRONTENDS, ServerProcess
 
 from loadtest import RESULTS
-from loadtest.gpu_models import bert_base, resnet50
+from loadtest.gpu_models import bert_base, cnn_model, resnet50
 from loadtest.loadgen import LoadSpec, run_load
 from loadtest.perf_analyzer import perf_analyzer_p50
 from loadtest.report import fmt, table, write_json
@@ -73,37 +71,6 @@ def no_gpu_reason() -> str | None:
     if not inventory().supported():
         return "NVML finds no GPU (no driver, no nvidia-ml-py, or CUDA_VISIBLE_DEVICES hides it)"
     return None
-
-
-def cnn_model(channels: int = 64, size: int = 64, seed: int = 0) -> onnx.ModelProto:
-    """Conv 3->c/2 (3x3) + Relu, Conv c/2->c (3x3, stride 2) + Relu, global pool, Gemm c->10."""
-    rng = np.random.default_rng(seed)
-
-    def weight(name: str, *shape: int) -> onnx.TensorProto:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-        data = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-        return numpy_helper.from_array(data, name)
-
-    half = channels // 2
-    inits = [weight("w1", half, 3, 3, 3), weight("w2", channels, half, 3, 3)]
-    inits.append(weight("fc", channels, 10))
-    nodes = [
-        helper.make_node("Conv", ["INPUT0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c2"], ["r2"]),
-        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
-        helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("MatMul", ["f", "fc"], ["OUTPUT0"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "cnn",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 3, size, size])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 10])],
-        inits,
-    )
-    return make_model(graph)
 
 
 def build_repository(root: Path, args: argparse.Namespace) -> dict[str, Path]:

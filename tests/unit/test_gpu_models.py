@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from loadtest.gpu_models import bert_base, resnet50
+from loadtest.gpu_models import bert_base, cnn_model, resnet50
 
 
 def _session(model: Any) -> ort.InferenceSession:
@@ -71,3 +71,12 @@ def test_gpu_bench_report_names_targets_and_latency() -> None:
     lines = c1_latency({**raw, "perf_analyzer": {"mlp": 2.1}})
     assert "- mlp at c=1: serving adds 2.000 ms (perf_analyzer) to 0.100 ms" in lines
     assert "- mlp at c=1: serving adds 2.400 ms (Python client) to 0.100 ms" in c1_latency(raw)
+
+
+def test_cnn_runs_and_batches_independently() -> None:
+    session = _session(cnn_model(channels=8, size=16))
+    images = np.random.default_rng(0).random((2, 3, 16, 16), dtype=np.float32)
+    (batch,) = session.run(None, {"INPUT0": images})
+    (alone,) = session.run(None, {"INPUT0": images[1:]})
+    assert batch.shape == (2, 10) and np.isfinite(batch).all()
+    np.testing.assert_allclose(alone[0], batch[1], rtol=1e-4, atol=1e-5)
